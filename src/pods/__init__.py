@@ -1,0 +1,11 @@
+"""pods: GRPO with PODS, Policy Optimization with Down-Sampling (arXiv 2504.13818).
+
+Generate n rollouts per prompt, keep the m most informative for the policy update.
+"""
+
+from pods.advantages import group_advantages
+from pods.downsample import RULES, downsample
+from pods.loss import LossStats, policy_loss
+
+__all__ = ["RULES", "LossStats", "downsample", "group_advantages", "policy_loss"]
+__version__ = "0.1.0"
