@@ -202,8 +202,15 @@ def _check(rewards: Tensor, m: int) -> None:
             f"m={m} is larger than n={n} rollouts per group; lower m to at most {n} "
             f"or generate more rollouts per prompt."
         )
-    if not torch.isfinite(rewards).all():
-        groups = (~torch.isfinite(rewards).all(dim=1)).nonzero().flatten().tolist()
+    # A float64 sum is non-finite iff some reward is (float32 sums cannot overflow there),
+    # and it allocates no [P, n] temporary; only then look for the groups.
+    if not torch.isfinite(rewards.sum(dtype=torch.float64)):
+        _check_finite(rewards)
+
+
+def _check_finite(rewards: Tensor) -> None:
+    groups = (~torch.isfinite(rewards).all(dim=1)).nonzero().flatten().tolist()  # bad rows
+    if groups:
         shown = ", ".join(map(str, groups[:10])) + (" ..." if len(groups) > 10 else "")
         raise ValueError(
             f"rewards contain NaN or infinite values in group(s) {shown} (row index); "
