@@ -1,0 +1,5 @@
+import sys
+
+from pods.cli import main
+
+sys.exit(main())

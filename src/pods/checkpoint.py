@@ -1,0 +1,71 @@
+"""Checkpoints: model, optimizer, RNG states and training clock, written atomically.
+
+Layout of a run folder:
+    config.yaml                  the resolved TrainConfig
+    metrics.jsonl                see pods.metrics
+    checkpoints/step_000120/     model/ (save_pretrained: weights, config, tokenizer) and
+                                 state.pt (optimizer, RNG states, clock, counters)
+    checkpoints/latest           name of the newest complete checkpoint
+
+A checkpoint is written under a temporary name and renamed when complete, and ``latest`` is
+replaced atomically, so a hard kill at any moment leaves the previous checkpoint loadable.
+The two newest checkpoints are kept.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+KEEP = 2
+
+
+def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict[str, Any]) -> Path:
+    root = run_dir / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:06d}"
+    tmp = root / f".tmp_step_{step:06d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp / "model")
+    tokenizer.save_pretrained(tmp / "model")
+    torch.save(state, tmp / "state.pt")
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    pointer = root / ".latest.tmp"
+    pointer.write_text(final.name)
+    os.replace(pointer, root / "latest")
+    for old in sorted(root.glob("step_*"))[:-KEEP]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(path: str | Path) -> Path | None:
+    """The newest complete checkpoint of a run folder (or ``path`` itself if it is one)."""
+    path = Path(path)
+    if (path / "state.pt").is_file():
+        return path
+    pointer = path / "checkpoints" / "latest"
+    if not pointer.is_file():
+        return None
+    found = path / "checkpoints" / pointer.read_text().strip()
+    return found if (found / "state.pt").is_file() else None
+
+
+def rng_states(prompt_rng, select_gen: torch.Generator) -> dict[str, Any]:
+    states = {"torch": torch.get_rng_state(), "prompts": prompt_rng.bit_generator.state,
+              "select": select_gen.get_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def restore_rng_states(states: dict[str, Any], prompt_rng, select_gen: torch.Generator) -> None:
+    torch.set_rng_state(states["torch"])
+    prompt_rng.bit_generator.state = states["prompts"]
+    select_gen.set_state(states["select"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])

@@ -1,0 +1,118 @@
+"""The `pods` command: train, eval, compare, plot.
+
+    pods train                                   the embedded default (tiny model, arithmetic)
+    pods train --config x.yaml --n 64 --m 16     a YAML file, then flags, fill TrainConfig
+    pods train --resume runs/RUN                 continue from the last checkpoint
+    pods eval runs/RUN                           test accuracy of a run's last checkpoint
+    pods compare configs/compare_embedded.yaml --out runs/compare
+    pods plot runs/compare                       redraw figures and the table from saved runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pods.config import add_config_flags, config_from_args
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as error:  # bad input: say what to change, no traceback
+        print(f"pods {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; the last checkpoint is kept (continue with --resume).",
+              file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pods", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train one run (GRPO, GRPO-PODS, GRPO-GA by config)")
+    p.add_argument("--config", help="YAML file of TrainConfig fields")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its last "
+                   "checkpoint (flags given override its config, e.g. a larger --max-time)")
+    add_config_flags(p)
+    p.set_defaults(func=_train)
+
+    p = sub.add_parser("eval", help="evaluate a run's last checkpoint (or a checkpoint folder)")
+    p.add_argument("path", help="run folder or checkpoints/step_N folder")
+    p.add_argument("--eval-size", type=int, default=None, help="test problems (default: all)")
+    p.add_argument("--eval-temperature", type=float, default=None,
+                   help="sampling temperature (default: the run's; 0 = greedy)")
+    p.add_argument("--device", default="auto")
+    p.set_defaults(func=_eval)
+
+    p = sub.add_parser("compare", help="run variants x seeds, then aggregate curves and table")
+    p.add_argument("spec", help="comparison spec YAML (see configs/compare_embedded.yaml)")
+    p.add_argument("--out", required=True, help="comparison folder (re-run to continue)")
+    add_config_flags(p)
+    p.set_defaults(func=_compare)
+
+    p = sub.add_parser("plot", help="redraw figures (and a comparison's table) from saved runs")
+    p.add_argument("path", help="a run folder or a comparison folder")
+    p.set_defaults(func=_plot)
+    return parser
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    return {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_")}
+
+
+def _train(args: argparse.Namespace) -> int:
+    from pods import trainer
+
+    if args.resume:
+        if args.config:
+            raise ValueError("--resume continues a run with its own config; drop --config.")
+        trainer.resume(args.resume, _overrides(args))
+    else:
+        trainer.train(config_from_args(args))
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from pods.evaluation import evaluate_checkpoint
+
+    result = evaluate_checkpoint(args.path, eval_size=args.eval_size,
+                                 temperature=args.eval_temperature, device=args.device)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from pods.compare import load_spec, run_compare
+    from pods.trainer import train_or_resume
+
+    run_compare(load_spec(args.spec), Path(args.out), train_or_resume, _overrides(args))
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    path = Path(args.path)
+    if (path / "compare.yaml").is_file():
+        from pods.compare import summarize
+
+        summarize(path)
+        print(f"wrote {path / 'curves.png'} and {path / 'summary.md'}")
+    elif (path / "metrics.jsonl").is_file():
+        from pods.plots import plot_run
+
+        print(f"wrote {plot_run(path)}")
+    else:
+        raise ValueError(f"{path} is neither a run folder (metrics.jsonl) nor a comparison "
+                         f"folder (compare.yaml).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

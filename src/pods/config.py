@@ -1,0 +1,185 @@
+"""Training configuration: one frozen dataclass, filled from defaults, a YAML file and CLI flags.
+
+Each field is documented once, in its ``help`` metadata; ``pods train --help`` prints it.
+Baselines are configurations of one loop:
+    GRPO        n == m                       (e.g. n=16, m=16)
+    GRPO-PODS   n > m with a rule            (e.g. n=64, m=16, rule=max_variance)
+    GRPO-GA     n == m large, small micro-batch (e.g. n=64, m=64, micro_batch_size=32)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pods.advantages import SCALES
+from pods.downsample import RULES
+from pods.loss import NORMS
+
+
+def _f(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    # what to train
+    model: str = _f("tiny", "Causal LM: a Hugging Face hub id, a local folder, or 'tiny' (the "
+                    "embedded model, built and warmed up locally; needs no network).")
+    task: str = _f("arithmetic", "Task (data + verifiable reward); see pods.tasks.TASKS.")
+    # PODS
+    prompts_per_step: int = _f(8, "P: prompts sampled per step.")
+    n: int = _f(64, "Rollouts generated per prompt.")
+    m: int = _f(16, "Rollouts kept per prompt for the update (m == n is plain GRPO).")
+    rule: str = _f("max_variance", "Down-sampling rule; see pods.downsample.RULES.")
+    # optimisation
+    lr: float = _f(3e-4, "AdamW learning rate (constant).")
+    weight_decay: float = _f(0.0, "AdamW weight decay.")
+    max_grad_norm: float = _f(1.0, "Gradient clipping norm; 0 disables clipping.")
+    micro_batch_size: int | None = _f(None, "Sequences per forward/backward pass (gradient "
+                                      "accumulation); None = all P*m kept in one pass.")
+    num_iterations: int = _f(1, "Optimizer steps per generation batch; > 1 reuses the "
+                             "rollouts with the clipped ratio against the old policy.")
+    clip_eps: float = _f(0.2, "Lower (and default upper) clip range of the ratio.")
+    clip_eps_high: float | None = _f(None, "Upper clip range (DAPO clip-higher); None = clip_eps.")
+    beta: float = _f(0.0, "KL penalty weight to the starting policy (k3); 0 as in the paper.")
+    loss_norm: str = _f("sequence", "Loss normalisation: sequence (paper), token (DAPO), "
+                        "constant (Dr. GRPO).")
+    adv_scale: str = _f("group", "Advantage scaling: group std (GRPO), batch std, or none "
+                        "(Dr. GRPO).")
+    # generation
+    temperature: float = _f(1.0, "Sampling temperature of the rollouts.")
+    max_new_tokens: int = _f(8, "Completion length limit in tokens.")
+    gen_batch_size: int = _f(512, "Most sequences per generate() call (chunking).")
+    # budget, evaluation, checkpoints
+    max_steps: int | None = _f(None, "Stop after this many optimizer steps (None: no limit).")
+    max_time: float | None = _f(90.0, "Stop after this many training seconds (None: no limit).")
+    eval_every: float = _f(10.0, "Evaluate every this many training seconds (and at time 0).")
+    eval_size: int | None = _f(500, "Test problems per evaluation; None = the whole test split.")
+    eval_temperature: float = _f(0.0, "Evaluation sampling temperature; 0 = greedy.")
+    checkpoint_every: float = _f(60.0, "Checkpoint every this many training seconds (and at "
+                                 "the end).")
+    # bookkeeping
+    seed: int = _f(0, "Seed of prompts, sampling and selection.")
+    out_dir: str = _f("runs", "Folder under which the run folder is made.")
+    run_name: str | None = _f(None, "Run folder name; None = a timestamp and the n/m/rule.")
+    device: str = _f("auto", "cpu, cuda, cuda:1, ... or auto (cuda when available).")
+    progress: bool = _f(True, "Show a progress bar.")
+
+    def __post_init__(self) -> None:
+        for problem in _problems(self):
+            raise ValueError(f"invalid config: {problem}")
+
+    @property
+    def kept_per_step(self) -> int:
+        return self.prompts_per_step * self.m
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **overrides: Any) -> TrainConfig:
+        return from_dict({**self.to_dict(), **overrides})
+
+
+def _problems(c: TrainConfig):
+    """Yield a message for each invalid field (the first one is raised)."""
+    from pods.tasks import TASKS  # deferred: tasks import the config-free core only
+
+    for name in ("prompts_per_step", "n", "m", "max_new_tokens", "gen_batch_size",
+                 "num_iterations"):
+        if getattr(c, name) < 1:
+            yield f"{name}={getattr(c, name)} must be at least 1."
+    if c.m > c.n:
+        yield f"m={c.m} is larger than n={c.n}: keep at most the n rollouts generated " \
+              f"(set --m {c.n} or raise --n)."
+    if c.rule not in RULES:
+        yield f"unknown rule {c.rule!r}; use one of {', '.join(sorted(RULES))}."
+    if c.task not in TASKS:
+        yield f"unknown task {c.task!r}; use one of {', '.join(sorted(TASKS))}."
+    if c.loss_norm not in NORMS:
+        yield f"unknown loss_norm {c.loss_norm!r}; use one of {', '.join(NORMS)}."
+    if c.adv_scale not in SCALES:
+        yield f"unknown adv_scale {c.adv_scale!r}; use one of {', '.join(SCALES)}."
+    if c.max_steps is None and c.max_time is None:
+        yield "no budget: set max_steps and/or max_time."
+    for name in ("max_steps", "max_time", "eval_size", "micro_batch_size"):
+        value = getattr(c, name)
+        if value is not None and value <= 0:
+            yield f"{name}={value} must be positive (or None for no limit)."
+    for name in ("eval_every", "checkpoint_every", "lr", "temperature", "clip_eps"):
+        if getattr(c, name) <= 0:
+            yield f"{name}={getattr(c, name)} must be positive."
+    if c.micro_batch_size is not None and c.micro_batch_size > c.kept_per_step:
+        yield f"micro_batch_size={c.micro_batch_size} is larger than the batch of kept " \
+              f"rollouts P*m = {c.prompts_per_step}*{c.m} = {c.kept_per_step}; lower it."
+    if c.beta < 0 or c.weight_decay < 0 or c.max_grad_norm < 0 or c.eval_temperature < 0:
+        yield "beta, weight_decay, max_grad_norm and eval_temperature must be >= 0."
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def from_dict(values: dict[str, Any]) -> TrainConfig:
+    """A config from a mapping of field names; unknown names are an error."""
+    unknown = sorted(set(values) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"unknown config field(s) {', '.join(unknown)}; "
+                         f"known fields: {', '.join(FIELDS)}.")
+    return TrainConfig(**values)
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"config file {path} does not exist.")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {path} must hold a mapping of field: value.")
+    return data
+
+
+def save_yaml(config: TrainConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+
+
+def _parse_optional(kind: type):
+    def parse(text: str):
+        return None if text.lower() in ("none", "null") else kind(text)
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _parse_bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per TrainConfig field (--max-time and --max_time both work); unset flags
+    stay None so that YAML values and defaults are not overridden."""
+    group = parser.add_argument_group("training config (override the YAML file)")
+    for f in dataclasses.fields(TrainConfig):
+        kind = f.type.split(" | ")[0] if isinstance(f.type, str) else f.type
+        parse = {"int": int, "float": float, "str": str, "bool": _parse_bool}[kind]
+        if "None" in str(f.type):
+            parse = _parse_optional(parse)
+        flags = list(dict.fromkeys([f"--{f.name.replace('_', '-')}", f"--{f.name}"]))
+        group.add_argument(*flags, dest=f"cfg_{f.name}", type=parse, default=argparse.SUPPRESS,
+                           metavar=kind.upper(),
+                           help=f"{f.metadata['help']} (default: {f.default})")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """Defaults < --config YAML < flags."""
+    values = load_yaml(args.config) if getattr(args, "config", None) else {}
+    values.update({k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_")})
+    return from_dict(values)

@@ -1,0 +1,85 @@
+"""The real entry point, as a user runs it, with tiny budgets."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TINY = ["--max-time", "none", "--prompts-per-step", "2", "--n", "4", "--m", "2",
+        "--eval-size", "8", "--max-new-tokens", "4", "--progress", "false"]
+
+
+def pods(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pods", *args], capture_output=True,
+                          text=True, timeout=300, env=os.environ.copy())
+
+
+@pytest.fixture(scope="module")
+def trained_run(tiny_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli")
+    result = pods("train", "--model", tiny_model_dir, "--max-steps", "2", *TINY,
+                  "--out-dir", str(out), "--run-name", "r")
+    assert result.returncode == 0, result.stderr
+    return out / "r"
+
+
+def test_train_writes_a_run(trained_run):
+    assert (trained_run / "metrics.jsonl").is_file()
+    assert (trained_run / "checkpoints" / "latest").is_file()
+    assert (trained_run / "curve.png").is_file()
+
+
+def test_eval_a_run_and_a_checkpoint(trained_run):
+    for path in (trained_run, trained_run / "checkpoints" / "step_000002"):
+        result = pods("eval", str(path), "--eval-size", "5")
+        assert result.returncode == 0, result.stderr
+        metrics = json.loads(result.stdout[result.stdout.index("{"):])
+        assert metrics["eval/problems"] == 5 and 0 <= metrics["eval/accuracy"] <= 1
+
+
+def test_resume_with_a_larger_budget(trained_run):
+    result = pods("train", "--resume", str(trained_run), "--max-steps", "3")
+    assert result.returncode == 0, result.stderr
+    last = json.loads((trained_run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert (last["kind"], last["step"]) == ("done", 3)
+
+
+def test_plot_a_run(trained_run):
+    (trained_run / "curve.png").unlink()
+    result = pods("plot", str(trained_run))
+    assert result.returncode == 0, result.stderr
+    assert (trained_run / "curve.png").is_file()
+
+
+def test_compare_and_plot(tiny_model_dir, tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("base: {max_steps: 2, eval_every: 1000}\nseeds: 1\nbaseline: grpo\n"
+                    "variants:\n  grpo: {n: 2, m: 2}\n  pods: {n: 4, m: 2}\n")
+    out = tmp_path / "cmp"
+    result = pods("compare", str(spec), "--out", str(out), "--model", tiny_model_dir,
+                  *TINY[:2], *TINY[6:])
+    assert result.returncode == 0, result.stderr
+    for name in ("summary.md", "summary.json", "curves.png", "compare.yaml"):
+        assert (out / name).is_file(), name
+    assert {row["variant"] for row in json.loads((out / "summary.json").read_text())} == \
+        {"grpo", "pods"}
+    (out / "curves.png").unlink()
+    assert pods("plot", str(out)).returncode == 0 and (out / "curves.png").is_file()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "--m", "100"], "m=100 is larger than n="),
+    (["train", "--rule", "best"], "unknown rule 'best'"),
+    (["train", "--max-time", "-1"], "max_time=-1.0 must be positive"),
+    (["train", "--config", "missing.yaml"], "missing.yaml does not exist"),
+    (["eval", "nowhere"], "holds no complete checkpoint"),
+    (["plot", "nowhere"], "neither a run folder"),
+])
+def test_bad_input_fails_fast_with_a_message(args, message):
+    result = pods(*args)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert not list(Path(os.environ["PODS_CACHE"]).glob("tiny-*"))  # no model was built

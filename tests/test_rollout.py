@@ -1,0 +1,52 @@
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from pods.policy import completion_logprobs
+from pods.rollout import completion_mask, generate
+
+
+def test_completion_mask_stops_after_first_eos():
+    ids = torch.tensor([[5, 6, 2, 0, 0], [2, 7, 7, 7, 7], [5, 5, 5, 5, 5]])
+    assert completion_mask(ids, eos_id=2).tolist() == [[1, 1, 1, 0, 0], [1, 0, 0, 0, 0],
+                                                       [1, 1, 1, 1, 1]]
+
+
+def load(model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.padding_side = "left"
+    return AutoModelForCausalLM.from_pretrained(model_dir).eval(), tokenizer
+
+
+def test_generate_shapes_and_grouping(tiny_model_dir):
+    model, tokenizer = load(tiny_model_dir)
+    torch.manual_seed(0)
+    out = generate(model, tokenizer, ["1+2=", "10+20="], n=3, temperature=1.0,
+                   max_new_tokens=4, chunk=4)  # 6 sequences in chunks of 4 and 2
+    assert out.prompt_ids.shape[0] == out.completion_ids.shape[0] == 6
+    assert out.completion_ids.shape[1] <= 4 and len(out.texts) == 6
+    # rows 0-2 continue the first prompt, rows 3-5 the second (left-padded)
+    assert torch.equal(out.prompt_ids[0], out.prompt_ids[2])
+    assert out.prompt_mask[0].sum() < out.prompt_mask[3].sum()
+    kept = out.select(torch.tensor([1, 4]))
+    assert kept.texts == [out.texts[1], out.texts[4]]
+
+
+def test_logprobs_match_the_sampling_distribution(tiny_model_dir):
+    """The update scores completions exactly as generate() sampled them, left padding
+    included: the log-probs equal those of generate's own (temperature-scaled) scores."""
+    model, tokenizer = load(tiny_model_dir)
+    torch.manual_seed(0)
+    prompts = ["1+2=", "123+45=", "9="]
+    enc = tokenizer(prompts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**enc, do_sample=True, temperature=0.7, top_k=0, top_p=1.0,
+                             max_new_tokens=5, output_scores=True, return_dict_in_generate=True,
+                             pad_token_id=tokenizer.pad_token_id,
+                             eos_token_id=tokenizer.eos_token_id)
+        completion = out.sequences[:, enc["input_ids"].shape[1]:]
+        mask = completion_mask(completion, tokenizer.eos_token_id)
+        logp = completion_logprobs(model, enc["input_ids"], enc["attention_mask"], completion,
+                                   mask, temperature=0.7)
+    scores = torch.stack(out.scores, dim=1).log_softmax(-1)  # [B, L, V], already / 0.7
+    want = scores.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(logp * mask, want * mask, atol=1e-4, rtol=1e-4)

@@ -1,0 +1,131 @@
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from pods import trainer as trainer_module
+from pods.config import TrainConfig
+from pods.metrics import read_metrics
+from pods.trainer import Trainer, resume, train, train_or_resume
+
+
+def config(model_dir, tmp_path, **overrides) -> TrainConfig:
+    base = dict(model=model_dir, task="even_start", prompts_per_step=3, n=6, m=2, max_new_tokens=4,
+                max_steps=2, max_time=None, eval_every=1e9, eval_size=12,
+                checkpoint_every=1e9, out_dir=str(tmp_path), run_name="run", progress=False,
+                lr=1e-2)
+    return TrainConfig(**{**base, **overrides})
+
+
+def weights(path) -> dict[str, torch.Tensor]:
+    return AutoModelForCausalLM.from_pretrained(path).state_dict()
+
+
+def test_two_step_run_changes_the_model_and_writes_everything(tiny_model_dir, tmp_path):
+    run = train(config(tiny_model_dir, tmp_path))
+    records = read_metrics(run / "metrics.jsonl")
+    steps = [r for r in records if r["kind"] == "step"]
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert [r["step"] for r in steps] == [1, 2]
+    assert evals[0]["step"] == 0 and evals[0]["time"] == 0.0  # the starting policy
+    assert evals[-1]["step"] == 2 and records[-1]["kind"] == "done"
+    for key in ("rollout/reward_mean", "select/var_kept", "select/var_full",
+                "select/zero_var_frac", "loss/loss", "loss/clip_frac", "time/generate",
+                "time/reward", "time/select", "time/update", "mem/peak_rss_mb",
+                "rollout/completion_len"):
+        assert key in steps[0], key
+    assert steps[1]["time"] > steps[0]["time"] > 0
+    start, end = weights(tiny_model_dir), weights(run / "checkpoints" / "step_000002" / "model")
+    assert any(not torch.equal(start[k], end[k]) for k in start)
+    assert (run / "config.yaml").is_file() and (run / "curve.png").stat().st_size > 1000
+    assert (run / "checkpoints" / "latest").read_text() == "step_000002"
+
+
+def test_update_sees_only_the_kept_rollouts(tiny_model_dir, tmp_path, monkeypatch):
+    seen = []
+    real = trainer_module.policy_update
+
+    def spy(model, ref, optimizer, batch, advantages, cfg):
+        seen.append((batch.completion_ids.shape[0], advantages.shape[0]))
+        return real(model, ref, optimizer, batch, advantages, cfg)
+
+    monkeypatch.setattr(trainer_module, "policy_update", spy)
+    train(config(tiny_model_dir, tmp_path, prompts_per_step=3, n=8, m=3))
+    assert seen == [(9, 9), (9, 9)]  # P*m = 3*3 of the P*n = 24 generated
+
+
+def test_resume_matches_an_uninterrupted_run(tiny_model_dir, tmp_path):
+    whole = train(config(tiny_model_dir, tmp_path, max_steps=4, run_name="whole"))
+    part = train(config(tiny_model_dir, tmp_path, max_steps=2, run_name="part"))
+    resume(part, {"max_steps": 4})
+    a = weights(whole / "checkpoints" / "step_000004" / "model")
+    b = weights(part / "checkpoints" / "step_000004" / "model")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6)
+    rewards = [[r["rollout/reward_mean"] for r in read_metrics(run / "metrics.jsonl", "step")]
+               for run in (whole, part)]
+    assert rewards[0] == rewards[1] and len(rewards[0]) == 4
+
+
+def test_ctrl_c_checkpoints_and_resume_continues(tiny_model_dir, tmp_path, monkeypatch):
+    real_step = Trainer.step
+
+    def step_then_interrupt(self):
+        if self.step_count == 2:
+            raise KeyboardInterrupt
+        return real_step(self)
+
+    monkeypatch.setattr(Trainer, "step", step_then_interrupt)
+    cfg = config(tiny_model_dir, tmp_path, max_steps=4)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg)
+    run = tmp_path / "run"
+    assert (run / "checkpoints" / "latest").read_text() == "step_000002"
+    monkeypatch.setattr(Trainer, "step", real_step)
+    train_or_resume(cfg)  # what `pods compare` does with an unfinished run
+    steps = [r["step"] for r in read_metrics(run / "metrics.jsonl", "step")]
+    assert steps == [1, 2, 3, 4]
+
+
+def test_truncated_metrics_line_after_a_hard_kill_is_ignored_on_resume(tiny_model_dir,
+                                                                        tmp_path):
+    run = train(config(tiny_model_dir, tmp_path, max_steps=2))
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"kind": "step", "step": 3, "time": 9.')  # killed mid-write
+    resume(run, {"max_steps": 3})
+    assert [r["step"] for r in read_metrics(run / "metrics.jsonl", "step")] == [1, 2, 3]
+    assert (run / "metrics.before-resume.jsonl").is_file()  # the old log is kept
+
+
+def test_an_existing_run_is_never_overwritten(tiny_model_dir, tmp_path):
+    train(config(tiny_model_dir, tmp_path))
+    with pytest.raises(ValueError, match="--resume"):
+        train(config(tiny_model_dir, tmp_path))
+
+
+def test_time_budget_and_periodic_evaluation(tiny_model_dir, tmp_path):
+    run = train(config(tiny_model_dir, tmp_path, max_steps=None, max_time=1.0,
+                       eval_every=0.3))
+    records = read_metrics(run / "metrics.jsonl")
+    steps = [r for r in records if r["kind"] == "step"]
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert steps[-1]["time"] >= 1.0 and steps[-2]["time"] < 1.0
+    assert len(evals) >= 3  # time 0, every 0.3 training seconds, the end
+    assert all(e["time"] <= s["time"] for e, s in zip(evals[1:], evals[2:], strict=False))
+
+
+def test_gradient_accumulation_matches_one_pass(tiny_model_dir, tmp_path):
+    one = train(config(tiny_model_dir, tmp_path, max_steps=1, run_name="one"))
+    acc = train(config(tiny_model_dir, tmp_path, max_steps=1, run_name="acc",
+                       micro_batch_size=2))
+    a = weights(one / "checkpoints" / "step_000001" / "model")
+    b = weights(acc / "checkpoints" / "step_000001" / "model")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-6)
+
+
+def test_multiple_iterations_and_kl_run(tiny_model_dir, tmp_path):
+    run = train(config(tiny_model_dir, tmp_path, num_iterations=2, beta=0.1,
+                       loss_norm="token"))
+    step = read_metrics(run / "metrics.jsonl", "step")[-1]
+    assert step["loss/kl"] > 0  # the policy moved away from the reference
+    assert step["loss/ratio_mean"] != 1.0  # the second iteration is off-policy
