@@ -1,5 +1,5 @@
 # Two commands for a fresh machine; each builds the virtual environment it needs.
-#   make run    the main job (for now: the down-sampling benchmark)
+#   make run    the main job: `pods train`, the embedded default
 #   make test   lint + the test suite (what CI runs)
 # The venv is made once in .venv/ and rebuilt when pyproject.toml changes.
 
@@ -19,7 +19,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[train,dev]"
 	touch $@
 
-run: bench
+run: $(VENV)/.installed
+	$(VENV)/bin/pods train
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/downsample_speed.py

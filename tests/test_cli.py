@@ -83,3 +83,27 @@ def test_bad_input_fails_fast_with_a_message(args, message):
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
     assert not list(Path(os.environ["PODS_CACHE"]).glob("tiny-*"))  # no model was built
+
+
+def test_hard_kill_then_resume(tiny_model_dir, tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "pods", "train", "--model", tiny_model_dir, "--max-steps",
+           "100000", *TINY, "--checkpoint-every", "0.05", "--out-dir", str(tmp_path),
+           "--run-name", "killed"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (out / "checkpoints" / "latest").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)  # let it write more steps and checkpoints
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    saved = int((out / "checkpoints" / "latest").read_text().split("_")[1])
+    assert saved >= 1
+    result = pods("train", "--resume", str(out), "--max-steps", str(saved + 2))
+    assert result.returncode == 0, result.stderr
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text()
+             .splitlines() if '"kind": "step"' in line]
+    assert steps == list(range(1, saved + 3))  # redone from the checkpoint, no duplicates

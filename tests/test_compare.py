@@ -74,8 +74,9 @@ def test_truncated_last_line_and_runs_without_evals_are_ignored(tmp_path, capsys
 def make_comparison(tmp_path: Path) -> Path:
     write_spec(tmp_path, "grpo", ["grpo", "pods", "slow"])
     write_run(tmp_path / "grpo" / "seed0", [(0, 0.5), (10, 0.6), (20, 0.8), (30, 0.7)],
-              [{"step": 1, "time": 2, "mem/peak_rss_mb": 100},
-               {"step": 10, "time": 30, "mem/peak_rss_mb": 150, "mem/peak_gpu_mb": 900}])
+              [{"step": 1, "time": 2, "mem/peak_rss_mb": 100, "time/generate": 0.5},
+               {"step": 10, "time": 30, "mem/peak_rss_mb": 150, "mem/peak_gpu_mb": 900,
+                "time/generate": 1.5, "time/update": 2.0}])
     write_run(tmp_path / "grpo" / "seed1", [(0, 0.5), (10, 0.8), (20, 0.6), (30, 0.9)],
               [{"step": 12, "time": 30, "mem/peak_rss_mb": 120}])
     write_run(tmp_path / "pods" / "seed0", [(0, 0.5), (8, 0.9), (16, 0.9)],
@@ -94,6 +95,7 @@ def test_summary_speedup_worked_numbers(tmp_path, capsys):
     assert g["time_to_baseline_peak"] == 30 and g["speedup"] == 1.0
     assert g["sec_per_step"] == pytest.approx(2.75)  # mean(30 s / 10 steps, 30 s / 12 steps)
     assert g["peak_mem_mb"] == 150 and g["peak_gpu_mb"] == 900
+    assert g["generate_sec"] == 1.0 and g["update_sec"] == 2.0  # means over step records
     # pods mean on [0, 8, 16]: .5, (.9+.7)/2=.8, .9; first reaches grpo's peak .8 at 8 s
     p = rows["pods"]
     assert p["peak_acc"] == pytest.approx(0.9) and p["time_to_peak"] == 16
@@ -104,11 +106,15 @@ def test_summary_speedup_worked_numbers(tmp_path, capsys):
     s = rows["slow"]
     assert s["time_to_baseline_peak"] is None and s["speedup"] is None
     assert s["sec_per_step"] is None and s["final_acc"] == pytest.approx(0.75)
+    # the same against optimizer steps (write_run numbers evals 0, 1, 2, ...):
+    # grpo mean by step .5, .7, .7, .8 -> peak .8 at step 3; pods .5, .8, .9 -> .8 at step 1
+    assert (g["steps_to_baseline_peak"], p["steps_to_baseline_peak"]) == (3, 1)
+    assert s["steps_to_baseline_peak"] is None
 
     assert json.loads((tmp_path / "summary.json").read_text()) == list(rows.values())
     table = (tmp_path / "summary.md").read_text()
-    assert "| pods | 2 | 90.0 | 16.0 | 8.0 | 3.75x | 90.0 | 4.00 | 210 | - |" in table
-    assert "| slow | 1 | 75.0 | 40.0 | never | never | 75.0 |" in table
+    assert "| pods | 2 | 90.0 | 16.0 | 8.0 | 3.75x | 1 | 90.0 | 4.000 | - | - | 210 | - |" in table
+    assert "| slow | 1 | 75.0 | 40.0 | never | never | never | 75.0 |" in table
     assert table in capsys.readouterr().out
     png = (tmp_path / "curves.png").read_bytes()
     assert png.startswith(PNG) and len(png) > 5000

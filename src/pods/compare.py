@@ -184,20 +184,22 @@ def is_finished(run_dir: Path) -> bool:
 class Curve:
     """A variant's mean test accuracy (in [0, 1]) over seeds, on a grid of training times."""
 
-    times: np.ndarray  # [G] seconds
+    times: np.ndarray  # [G] training seconds (or optimizer steps, see aggregate_curves)
     mean: np.ndarray  # [G]
     sem: np.ndarray  # [G] standard error of the mean over seeds (ddof=1); 0 with one seed
     seeds: int
     runs: list[Path]  # the run folders averaged
 
 
-def aggregate_curves(out_dir: str | Path) -> dict[str, Curve]:
+def aggregate_curves(out_dir: str | Path, x: str = "time") -> dict[str, Curve]:
     """One Curve per variant folder (a subfolder with ``seed*/metrics.jsonl``), by name.
 
     Each run is a step function (accuracy of the last eval at or before t). The grid is the
     sorted union of the runs' eval times, cut to where every run has an eval at or before it
     and none has run out (at most the smallest last eval time), so each seed counts at each
     grid time. Runs without eval records yet are left out, with a printed line.
+    ``x`` is the record field on the horizontal axis: "time" (training seconds) or "step"
+    (optimizer steps; ``Curve.times`` then holds steps).
     """
     curves = {}
     for variant in sorted(p for p in Path(out_dir).iterdir() if p.is_dir()):
@@ -209,7 +211,7 @@ def aggregate_curves(out_dir: str | Path) -> dict[str, Curve]:
             else:
                 print(f"{metrics.parent}: no eval records yet, left out.")
         if runs:
-            curves[variant.name] = _curve(runs)
+            curves[variant.name] = _curve(runs, x)
     return curves
 
 
@@ -218,10 +220,10 @@ def _seed_order(metrics: Path) -> tuple[int, str]:
     return (int(digits) if digits.isdigit() else -1, metrics.parent.name)
 
 
-def _curve(runs: list[tuple[Path, list[dict]]]) -> Curve:
+def _curve(runs: list[tuple[Path, list[dict]]], x: str = "time") -> Curve:
     steps = []  # per run: (times [E], accuracies [E]) sorted by time, stable for ties
     for _, evals in runs:
-        t = np.array([r["time"] for r in evals], dtype=float)
+        t = np.array([r[x] for r in evals], dtype=float)
         acc = np.array([r["eval/accuracy"] for r in evals], dtype=float)
         order = np.argsort(t, kind="stable")
         steps.append((t[order], acc[order]))
@@ -259,25 +261,25 @@ def summarize(out_dir: str | Path) -> list[dict[str, Any]]:
     if baseline not in curves:
         print(f"baseline {baseline!r} has no eval records yet: no speed-ups.")
         baseline = None
-    rows = [_row(name, curve, curves.get(baseline), name == baseline)
+    by_step = aggregate_curves(out_dir, x="step")
+    rows = [{**_row(name, curve, curves.get(baseline), name == baseline),
+             "steps_to_baseline_peak": _reach(by_step.get(name), by_step.get(baseline))}
             for name, curve in curves.items()]
     (out_dir / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
     table = markdown_table(rows)
     (out_dir / "summary.md").write_text(table)
-    plot_compare(curves, out_dir / "curves.png", baseline=baseline)
+    plot_compare(curves, out_dir / "curves.png", baseline=baseline,
+                 step_curves={n: by_step[n] for n in curves if n in by_step})
     print(table, end="")
     return rows
 
 
 def _row(name: str, curve: Curve, base: Curve | None, is_base: bool) -> dict[str, Any]:
     peak = int(np.argmax(curve.mean))  # the first grid time at the peak
-    reach = target = base_ttp = None
+    reach = base_ttp = None
     if base is not None:
-        target = float(base.mean.max())
         base_ttp = float(base.times[np.argmax(base.mean)])
-        # tolerance: equal accuracies averaged in another order may differ in the last bit
-        hits = np.flatnonzero(curve.mean >= target - 1e-9)
-        reach = float(curve.times[hits[0]]) if len(hits) else None
+        reach = _reach(curve, base)
     if is_base:
         speedup = 1.0
     elif reach is None or not base_ttp or not reach:  # never reached, or a zero time
@@ -291,10 +293,28 @@ def _row(name: str, curve: Curve, base: Curve | None, is_base: bool) -> dict[str
         "peak_acc": float(curve.mean[peak]), "time_to_peak": float(curve.times[peak]),
         "time_to_baseline_peak": reach, "speedup": speedup,
         "sec_per_step": float(np.mean(per_step)) if per_step else None,
+        "generate_sec": _mean_of(steps, "time/generate"),
+        "update_sec": _mean_of(steps, "time/update"),
+        "zero_var_frac": _mean_of(steps, "select/zero_var_frac"),  # kept groups, no signal
+        "var_kept": _mean_of(steps, "select/var_kept"),
         "peak_mem_mb": _max_of(steps, "mem/peak_rss_mb"),
         "peak_gpu_mb": _max_of(steps, "mem/peak_gpu_mb"),
         "final_acc": float(curve.mean[-1]),
     }
+
+
+def _reach(curve: Curve | None, base: Curve | None) -> float | None:
+    """First grid point where ``curve``'s mean reaches ``base``'s peak mean, or None."""
+    if curve is None or base is None:
+        return None
+    # tolerance: equal accuracies averaged in another order may differ in the last bit
+    hits = np.flatnonzero(curve.mean >= float(base.mean.max()) - 1e-9)
+    return float(curve.times[hits[0]]) if len(hits) else None
+
+
+def _mean_of(steps: list[list[dict]], key: str) -> float | None:
+    values = [r[key] for records in steps for r in records if r.get(key) is not None]
+    return float(np.mean(values)) if values else None
 
 
 def _max_of(steps: list[list[dict]], key: str) -> float | None:
@@ -308,15 +328,18 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
         return none if x is None else format(x, fmt)
 
     lines = ["| variant | seeds | peak acc (%) | time to peak (s) | time to baseline peak (s) "
-             "| speed-up | final acc (%) | s/step | peak RSS (MB) | peak GPU (MB) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| speed-up | steps to baseline peak | final acc (%) | s/step | generate s/step "
+             "| update s/step | peak RSS (MB) | peak GPU (MB) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         reach = r["time_to_baseline_peak"]
         speedup = "never" if reach is None else num(r["speedup"], ".2f", "n/a")
         speedup += "x" if r["speedup"] is not None else ""
         cells = [r["variant"], str(r["seeds"]), num(100 * r["peak_acc"], ".1f"),
                  num(r["time_to_peak"], ".1f"), num(reach, ".1f", "never"), speedup,
-                 num(100 * r["final_acc"], ".1f"), num(r["sec_per_step"], ".2f"),
+                 num(r.get("steps_to_baseline_peak"), ".0f", "never"),
+                 num(100 * r["final_acc"], ".1f"), num(r["sec_per_step"], ".3f"),
+                 num(r["generate_sec"], ".3f"), num(r["update_sec"], ".3f"),
                  num(r["peak_mem_mb"], ".0f"), num(r["peak_gpu_mb"], ".0f")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

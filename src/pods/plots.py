@@ -54,16 +54,29 @@ def _panel(ax, x: list[float], y: list[float], ylabel: str, what: str) -> None:
     ax.grid(alpha=0.3)
 
 
-def plot_compare(curves: Mapping[str, Curve], path: str | Path,
-                 baseline: str | None = None) -> Path:
+def plot_compare(curves: Mapping[str, Curve], path: str | Path, baseline: str | None = None,
+                 step_curves: Mapping[str, Curve] | None = None) -> Path:
     """Write a PNG of each variant's mean test accuracy over seeds against training seconds,
-    with a band of mean +- 1.96 SEM; a dotted line marks the ``baseline`` variant's peak."""
+    with a band of mean +- 1.96 SEM; a dotted line marks the ``baseline`` variant's peak.
+    With ``step_curves`` (the same against optimizer steps) a second panel shows those."""
     if baseline is not None and baseline not in curves:
         raise ValueError(f"baseline {baseline!r} has no curve; use one of "
                          f"{', '.join(curves)} or None.")
-    fig = Figure(figsize=(7, 4.5), layout="constrained")
+    panels = [(curves, "training time (s)")]
+    if step_curves:
+        panels.append((step_curves, "optimizer steps"))
+    fig = Figure(figsize=(7 * len(panels), 4.5), layout="constrained")
     FigureCanvasAgg(fig)
-    ax = fig.subplots()
+    for ax, (panel_curves, xlabel) in zip(np.atleast_1d(fig.subplots(1, len(panels))), panels,
+                                          strict=True):
+        _compare_panel(ax, panel_curves, baseline if baseline in panel_curves else None, xlabel)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def _compare_panel(ax, curves: Mapping[str, Curve], baseline: str | None, xlabel: str) -> None:
     colors = {}
     for name, c in curves.items():
         mean, half = 100 * c.mean, 100 * Z95 * c.sem  # [G] percent
@@ -77,12 +90,8 @@ def plot_compare(curves: Mapping[str, Curve], path: str | Path,
         peak = 100 * float(np.max(curves[baseline].mean))
         ax.axhline(peak, linestyle=":", color=colors[baseline],
                    label=f"{baseline} peak ({peak:.1f}%)")
-    ax.set_xlabel("training time (s)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("test accuracy (%)")
     ax.grid(alpha=0.3)
     if curves:
         ax.legend(loc="lower right")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    return path
