@@ -229,7 +229,7 @@ class _Progress:
         total = cfg.max_steps if self.by_steps else cfg.max_time
         self.bar = tqdm(total=total, initial=steps if self.by_steps else round(seconds),
                         disable=not cfg.progress, unit="step" if self.by_steps else "s",
-                        dynamic_ncols=True)
+                        dynamic_ncols=True, mininterval=1.0)  # ~1 redraw/s, short logs
         self.seconds = seconds
 
     def update(self, record: dict, accuracy: float | None) -> None:
