@@ -35,7 +35,7 @@ class EvenStart:
     name = "even_start"
     alphabet = _A.alphabet
 
-    def __init__(self):
+    def __init__(self, options=None):
         self._inner = self._A()
 
     def train(self):
@@ -53,3 +53,41 @@ def _toy_task(monkeypatch):
     from pods.tasks import TASKS
 
     monkeypatch.setitem(TASKS, "even_start", EvenStart)
+
+
+FIXTURE_DATA = __import__("pathlib").Path(__file__).parent / "fixtures" / "data"
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+@pytest.fixture(scope="session")
+def chat_model_dir(tmp_path_factory):
+    """A tiny Qwen2 with a byte-level BPE tokenizer (trained on the fixture texts) and a
+    Qwen-style chat template: the shape of a real instruct model, built offline."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    from pods.tasks.math_tasks import SYSTEM_PROMPT
+
+    texts = [SYSTEM_PROMPT, "<think> </think> <answer> </answer> \\boxed{} 0123456789"]
+    texts += [p.read_text() for p in FIXTURE_DATA.rglob("*.jsonl")]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=600, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                        pad_token="<|endoftext|>", padding_side="left")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                         max_position_embeddings=1024, tie_word_embeddings=True,
+                         eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id)
+    path = tmp_path_factory.mktemp("chat-model")
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)

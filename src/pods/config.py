@@ -31,7 +31,19 @@ class TrainConfig:
     # what to train
     model: str = _f("tiny", "Causal LM: a Hugging Face hub id, a local folder, or 'tiny' (the "
                     "embedded model, built and warmed up locally; needs no network).")
-    task: str = _f("arithmetic", "Task (data + verifiable reward); see pods.tasks.TASKS.")
+    task: str = _f("arithmetic", "Task (data + verifiable reward): arithmetic (embedded), "
+                   "gsm8k, math (test: MATH-500), amc23 (test only), custom.")
+    data_dir: str | None = _f(None, "Folder of local data files for gsm8k/math/amc23 "
+                              "(offline machines); None = the Hugging Face hub.")
+    data_file: str | None = _f(None, "custom task: JSONL/JSON/Parquet records with 'prompt' "
+                               "and 'answer' (optional 'split': train/test).")
+    reward_fn: str | None = _f(None, "custom task: reward as module:function, called with "
+                               "(completion, answer) -> float; None = the math reward.")
+    format_weight: float = _f(0.1, "Math rewards: weight of the <think>/<answer> format bonus "
+                              "(0 with tag_weight 0 = correctness only).")
+    tag_weight: float = _f(0.1, "Math rewards: weight of the tag-count bonus (0.25 per tag).")
+    max_prompt_tokens: int = _f(512, "Prompts longer than this (in tokens) are dropped and "
+                                "counted.")
     # PODS
     prompts_per_step: int = _f(8, "P: prompts sampled per step.")
     n: int = _f(64, "Rollouts generated per prompt.")
@@ -82,6 +94,13 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def task_options(self):
+        from pods.tasks import TaskOptions
+
+        return TaskOptions(data_dir=self.data_dir, data_file=self.data_file,
+                           reward_fn=self.reward_fn, format_weight=self.format_weight,
+                           tag_weight=self.tag_weight, seed=self.seed)
+
     def replace(self, **overrides: Any) -> TrainConfig:
         return from_dict({**self.to_dict(), **overrides})
 
@@ -91,7 +110,7 @@ def _problems(c: TrainConfig):
     from pods.tasks import TASKS  # deferred: tasks import the config-free core only
 
     for name in ("prompts_per_step", "n", "m", "max_new_tokens", "gen_batch_size",
-                 "num_iterations"):
+                 "num_iterations", "max_prompt_tokens"):
         if getattr(c, name) < 1:
             yield f"{name}={getattr(c, name)} must be at least 1."
     if c.m > c.n:
@@ -117,8 +136,14 @@ def _problems(c: TrainConfig):
     if c.micro_batch_size is not None and c.micro_batch_size > c.kept_per_step:
         yield f"micro_batch_size={c.micro_batch_size} is larger than the batch of kept " \
               f"rollouts P*m = {c.prompts_per_step}*{c.m} = {c.kept_per_step}; lower it."
-    if c.beta < 0 or c.weight_decay < 0 or c.max_grad_norm < 0 or c.eval_temperature < 0:
-        yield "beta, weight_decay, max_grad_norm and eval_temperature must be >= 0."
+    if min(c.beta, c.weight_decay, c.max_grad_norm, c.eval_temperature, c.format_weight,
+           c.tag_weight) < 0:
+        yield "beta, weight_decay, max_grad_norm, eval_temperature, format_weight and " \
+              "tag_weight must be >= 0."
+    if c.task == "custom" and not c.data_file:
+        yield "task custom needs --data-file FILE (records with 'prompt' and 'answer')."
+    if c.reward_fn is not None and len([p for p in c.reward_fn.split(":") if p]) != 2:
+        yield f"reward_fn {c.reward_fn!r} must look like module:function."
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}

@@ -36,10 +36,12 @@ def completion_mask(ids: Tensor, eos_id: int) -> Tensor:
 
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list[str], n: int, temperature: float,
-             max_new_tokens: int, chunk: int) -> Rollouts:
-    """n completions of each prompt; temperature 0 decodes greedily."""
+             max_new_tokens: int, chunk: int, add_special_tokens: bool = True) -> Rollouts:
+    """n completions of each prompt; temperature 0 decodes greedily. ``add_special_tokens``
+    is False for prompts rendered by a chat template (see pods.prompts)."""
     device = next(model.parameters()).device
-    enc = tokenizer(prompts, return_tensors="pt", padding=True)
+    enc = tokenizer(prompts, return_tensors="pt", padding=True,
+                    add_special_tokens=add_special_tokens)
     prompt_ids = enc["input_ids"].repeat_interleave(n, dim=0).to(device)  # [P*n, Lp]
     prompt_mask = enc["attention_mask"].repeat_interleave(n, dim=0).to(device)
     sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) \

@@ -24,8 +24,10 @@ from pods.checkpoint import latest_checkpoint, restore_rng_states, rng_states, s
 from pods.config import TrainConfig, from_dict, load_yaml, save_yaml
 from pods.downsample import downsample
 from pods.evaluation import evaluate
+from pods.grading import grading_stats
 from pods.metrics import MetricsWriter, truncate_metrics
 from pods.policy import load_policy, resolve_device
+from pods.prompts import drop_long_prompts, render_prompts
 from pods.rollout import generate
 from pods.tasks import get_task
 from pods.update import peak_memory_mb, policy_update
@@ -52,7 +54,7 @@ class Clock:
 class Trainer:
     def __init__(self, config: TrainConfig, run_dir: Path, log=print):
         self.cfg, self.run_dir, self.log = config, run_dir, log
-        self.task = get_task(config.task)
+        self.task = get_task(config.task, config.task_options())
         self.device = resolve_device(config.device)
         torch.manual_seed(config.seed)
         self.model, self.tokenizer = load_policy(config.model, self.task, self.device, log=log)
@@ -62,11 +64,25 @@ class Trainer:
             self.ref_model = load_policy(config.model, self.task, self.device, log=log)[0].eval()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr,
                                            weight_decay=config.weight_decay)
-        self.train_set, self.test_set = self.task.train(), self.task.test()[: config.eval_size]
+        self.train_set, self.test_set, self.dropped = self._datasets()
         self.prompt_rng = np.random.default_rng(config.seed)
         self.select_gen = torch.Generator().manual_seed(config.seed)
         self.clock, self.step_count = Clock(), 0
         self.next_eval, self.next_checkpoint = 0.0, config.checkpoint_every
+
+    def _datasets(self):
+        """Train and test problems whose prompts fit ``max_prompt_tokens``; drops counted."""
+        cfg, tok, task = self.cfg, self.tokenizer, self.task
+        train, dropped_train = drop_long_prompts(tok, task, task.train(), cfg.max_prompt_tokens)
+        test, dropped_test = drop_long_prompts(tok, task, task.test(), cfg.max_prompt_tokens)
+        if not train:
+            raise ValueError(f"no training prompt fits in max_prompt_tokens="
+                             f"{cfg.max_prompt_tokens}; raise it.")
+        if dropped_train or dropped_test:
+            self.log(f"dropped prompts over {cfg.max_prompt_tokens} tokens: {dropped_train} "
+                     f"train, {dropped_test} test")
+        dropped = {"data/dropped_train": dropped_train, "data/dropped_test": dropped_test}
+        return train, test[: cfg.eval_size], dropped
 
     # ---- one step ---------------------------------------------------------------------
     def step(self) -> dict[str, float]:
@@ -76,11 +92,14 @@ class Trainer:
         problems = [self.train_set[i] for i in
                     self.prompt_rng.choice(len(self.train_set), size=P, replace=False)]
         with self.clock.phase("generate"):
-            rollouts = generate(self.model, self.tokenizer, [p.prompt for p in problems], n,
-                                cfg.temperature, cfg.max_new_tokens, cfg.gen_batch_size)
+            texts, special = render_prompts(self.tokenizer, self.task, problems)
+            rollouts = generate(self.model, self.tokenizer, texts, n, cfg.temperature,
+                                cfg.max_new_tokens, cfg.gen_batch_size, special)
         with self.clock.phase("reward"):
+            failures = grading_stats().failures  # answers math-verify could not grade
             rewards = torch.tensor([self.task.reward(text, problems[i // n])
                                     for i, text in enumerate(rollouts.texts)]).view(P, n)
+            failures = grading_stats().failures - failures
         with self.clock.phase("select"):
             idx = downsample(rewards, cfg.m, cfg.rule, generator=self.select_gen)  # [P, m]
             kept = rewards.gather(1, idx)  # [P, m]
@@ -95,6 +114,7 @@ class Trainer:
             "kind": "step", "step": self.step_count, "time": self.clock.seconds,
             "rollout/reward_mean": rewards.mean().item(),
             "rollout/completion_len": rollouts.completion_mask.sum(1).float().mean().item(),
+            "rollout/grading_failures": failures,
             "select/reward_mean": kept.mean().item(),
             "select/var_full": rewards.var(dim=1, correction=0).mean().item(),
             "select/var_kept": kept.var(dim=1, correction=0).mean().item(),
@@ -142,7 +162,7 @@ class Trainer:
                           cfg.eval_temperature, cfg.max_new_tokens, cfg.gen_batch_size,
                           seed=cfg.seed)
         metrics.write({"kind": "eval", "step": self.step_count, "time": self.clock.seconds,
-                       **result})
+                       **result, **self.dropped})
         while self.next_eval <= self.clock.seconds:
             self.next_eval += cfg.eval_every
         return result

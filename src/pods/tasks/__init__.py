@@ -5,7 +5,8 @@ A task is any object with
     train() -> list[Problem]      problems the policy is trained on
     test() -> list[Problem]       held-out problems for evaluation (disjoint from train)
     reward(completion: str, problem: Problem) -> float
-``TASKS`` maps a name to a factory taking no arguments.
+and optionally ``system_prompt`` (str or None) for chat-templated prompts.
+``TASKS`` maps a name to a factory taking ``TaskOptions``.
 """
 
 from __future__ import annotations
@@ -31,16 +32,55 @@ class Task(Protocol):
     def reward(self, completion: str, problem: Problem) -> float: ...
 
 
-def _arithmetic() -> Task:
+@dataclass(frozen=True)
+class TaskOptions:
+    """What a task may need from the config (each task uses what applies to it)."""
+
+    data_dir: str | None = None  # local data files instead of the hub (math tasks)
+    data_file: str | None = None  # the records of the custom task
+    reward_fn: str | None = None  # "module:function" reward of the custom task
+    format_weight: float = 0.1  # math rewards: weight of the format bonus
+    tag_weight: float = 0.1  # math rewards: weight of the tag-count bonus
+    seed: int = 0  # the custom task's train/test split
+
+
+def _weights(o: TaskOptions):
+    from pods.rewards import RewardWeights
+
+    return RewardWeights(format=o.format_weight, tags=o.tag_weight)
+
+
+def _arithmetic(o: TaskOptions) -> Task:
     from pods.tasks.arithmetic import Arithmetic
 
     return Arithmetic()
 
 
-TASKS: dict[str, Callable[[], Task]] = {"arithmetic": _arithmetic}
+def _math(name: str) -> Callable[[TaskOptions], Task]:
+    def make(o: TaskOptions) -> Task:
+        from pods.tasks import math_tasks
+
+        return getattr(math_tasks, name)(o.data_dir, _weights(o))
+
+    return make
 
 
-def get_task(name: str) -> Task:
+def _custom(o: TaskOptions) -> Task:
+    from pods.tasks.custom import CustomTask
+
+    return CustomTask(o.data_file, o.reward_fn, _weights(o), o.seed)
+
+
+TASKS: dict[str, Callable[[TaskOptions], Task]] = {
+    "arithmetic": _arithmetic,
+    "gsm8k": _math("gsm8k"),
+    "math": _math("math"),
+    "amc23": _math("amc23"),
+    "custom": _custom,
+}
+
+
+def get_task(name: str, options: TaskOptions = TaskOptions()) -> Task:
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; use one of {', '.join(sorted(TASKS))}.")
-    return TASKS[name]()
+    return TASKS[name](options)
