@@ -34,10 +34,19 @@ def test_train_writes_a_run(trained_run):
 
 def test_eval_a_run_and_a_checkpoint(trained_run):
     for path in (trained_run, trained_run / "checkpoints" / "step_000002"):
-        result = pods("eval", str(path), "--eval-size", "5")
+        result = pods("eval", str(path), "--eval-size", "5", "--repeats", "2")
         assert result.returncode == 0, result.stderr
-        metrics = json.loads(result.stdout[result.stdout.index("{"):])
+        metrics = json.loads(result.stdout[result.stdout.index("{"):])["arithmetic"]
         assert metrics["eval/problems"] == 5 and 0 <= metrics["eval/accuracy"] <= 1
+        assert metrics["eval/repeats"] == 2 and "eval/accuracy_sem" in metrics
+
+
+def test_eval_a_plain_model(tiny_model_dir):
+    result = pods("eval", tiny_model_dir, "--task", "arithmetic", "--eval-size", "4",
+                  "--repeats", "1", "--eval-temperature", "0")
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads(result.stdout[result.stdout.index("{"):])
+    assert metrics["arithmetic"]["eval/problems"] == 4
 
 
 def test_resume_with_a_larger_budget(trained_run):
@@ -75,7 +84,7 @@ def test_compare_and_plot(tiny_model_dir, tmp_path):
     (["train", "--rule", "best"], "unknown rule 'best'"),
     (["train", "--max-time", "-1"], "max_time=-1.0 must be positive"),
     (["train", "--config", "missing.yaml"], "missing.yaml does not exist"),
-    (["eval", "nowhere"], "holds no complete checkpoint"),
+    (["eval", "nowhere"], "name the test sets with --task"),
     (["plot", "nowhere"], "neither a run folder"),
 ])
 def test_bad_input_fails_fast_with_a_message(args, message):

@@ -69,3 +69,19 @@ def restore_rng_states(states: dict[str, Any], prompt_rng, select_gen: torch.Gen
     select_gen.set_state(states["select"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def checkpoint_and_config(path: str | Path):
+    """(checkpoint folder, TrainConfig of its run) for a run folder or a checkpoint folder."""
+    from pods.config import from_dict, load_yaml
+
+    path = Path(path)
+    checkpoint = latest_checkpoint(path)
+    if checkpoint is None:
+        raise ValueError(f"{path} holds no complete checkpoint (expected a run folder with "
+                         f"checkpoints/latest, or a checkpoints/step_N folder).")
+    run_dir = checkpoint.parent.parent
+    if not (run_dir / "config.yaml").is_file():
+        raise ValueError(f"{run_dir} has no config.yaml to tell the model and task of "
+                         f"{checkpoint}.")
+    return checkpoint, from_dict(load_yaml(run_dir / "config.yaml"))

@@ -1,9 +1,10 @@
-"""The `pods` command: train, eval, compare, plot.
+"""The `pods` command: train, eval, export, compare, plot.
 
     pods train                                   the embedded default (tiny model, arithmetic)
     pods train --config x.yaml --n 64 --m 16     a YAML file, then flags, fill TrainConfig
     pods train --resume runs/RUN                 continue from the last checkpoint
     pods eval runs/RUN                           test accuracy of a run's last checkpoint
+    pods export runs/RUN out/model               standalone model folder (LoRA merged)
     pods compare configs/compare_embedded.yaml --out runs/compare
     pods plot runs/compare                       redraw figures and the table from saved runs
 """
@@ -44,13 +45,25 @@ def _parser() -> argparse.ArgumentParser:
     add_config_flags(p)
     p.set_defaults(func=_train)
 
-    p = sub.add_parser("eval", help="evaluate a run's last checkpoint (or a checkpoint folder)")
-    p.add_argument("path", help="run folder or checkpoints/step_N folder")
+    p = sub.add_parser("eval", help="evaluate a run's last checkpoint, a checkpoint folder or "
+                       "a model on test sets (the paper's protocol: 5 samplings at T=0.9)")
+    p.add_argument("path", help="run folder, checkpoints/step_N folder, or a model (hub id or "
+                   "folder; then --task is required)")
+    p.add_argument("--task", action="append", help="test set(s), repeatable (default: the "
+                   "run's task), e.g. --task math --task amc23")
+    p.add_argument("--repeats", type=int, default=5, help="samplings of each test set")
+    p.add_argument("--eval-temperature", type=float, default=0.9, help="0 = greedy")
     p.add_argument("--eval-size", type=int, default=None, help="test problems (default: all)")
-    p.add_argument("--eval-temperature", type=float, default=None,
-                   help="sampling temperature (default: the run's; 0 = greedy)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's")
+    p.add_argument("--data-dir", default=None, help="local data files (see README)")
     p.add_argument("--device", default="auto")
     p.set_defaults(func=_eval)
+
+    p = sub.add_parser("export", help="write a checkpoint as a standalone model folder "
+                       "(LoRA merged)")
+    p.add_argument("path", help="run folder or checkpoints/step_N folder")
+    p.add_argument("out", help="new folder for the model")
+    p.set_defaults(func=_export)
 
     p = sub.add_parser("compare", help="run variants x seeds, then aggregate curves and table")
     p.add_argument("spec", help="comparison spec YAML (see configs/compare_embedded.yaml)")
@@ -81,11 +94,20 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from pods.evaluation import evaluate_checkpoint
+    from pods.evaluation import evaluate_path
 
-    result = evaluate_checkpoint(args.path, eval_size=args.eval_size,
-                                 temperature=args.eval_temperature, device=args.device)
+    result = evaluate_path(args.path, args.task, repeats=args.repeats,
+                           temperature=args.eval_temperature, eval_size=args.eval_size,
+                           max_new_tokens=args.max_new_tokens, data_dir=args.data_dir,
+                           device=args.device)
     print(json.dumps(result, indent=1))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from pods.export import export_checkpoint
+
+    print(f"wrote {export_checkpoint(args.path, args.out)}")
     return 0
 
 

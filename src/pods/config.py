@@ -20,6 +20,7 @@ import yaml
 from pods.advantages import SCALES
 from pods.downsample import RULES
 from pods.loss import NORMS
+from pods.policy import DTYPES
 
 
 def _f(default: Any, help: str) -> Any:
@@ -44,6 +45,15 @@ class TrainConfig:
     tag_weight: float = _f(0.1, "Math rewards: weight of the tag-count bonus (0.25 per tag).")
     max_prompt_tokens: int = _f(512, "Prompts longer than this (in tokens) are dropped and "
                                 "counted.")
+    dtype: str = _f("auto", "Weights dtype: float32, bfloat16, float16, or auto (bfloat16 on "
+                    "a GPU that supports it, else float32).")
+    lora_rank: int = _f(0, "LoRA rank; 0 = full fine-tuning (the paper's single-GPU runs: 64).")
+    lora_alpha: float = _f(64.0, "LoRA alpha (the paper: 64).")
+    lora_dropout: float = _f(0.0, "LoRA dropout.")
+    lora_target_modules: str = _f("q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+                                  "Comma-separated module names that get LoRA adapters.")
+    gradient_checkpointing: bool = _f(False, "Recompute activations in the backward pass "
+                                      "(less memory, more time).")
     # PODS
     prompts_per_step: int = _f(8, "P: prompts sampled per step.")
     n: int = _f(64, "Rollouts generated per prompt.")
@@ -52,6 +62,8 @@ class TrainConfig:
     # optimisation
     lr: float = _f(3e-4, "AdamW learning rate (constant).")
     weight_decay: float = _f(0.0, "AdamW weight decay.")
+    adam_beta1: float = _f(0.9, "AdamW beta1.")
+    adam_beta2: float = _f(0.999, "AdamW beta2 (the paper: 0.99).")
     max_grad_norm: float = _f(1.0, "Gradient clipping norm; 0 disables clipping.")
     micro_batch_size: int | None = _f(None, "Sequences per forward/backward pass (gradient "
                                       "accumulation); None = all P*m kept in one pass.")
@@ -73,7 +85,10 @@ class TrainConfig:
     max_time: float | None = _f(90.0, "Stop after this many training seconds (None: no limit).")
     eval_every: float = _f(10.0, "Evaluate every this many training seconds (and at time 0).")
     eval_size: int | None = _f(500, "Test problems per evaluation; None = the whole test split.")
-    eval_temperature: float = _f(0.0, "Evaluation sampling temperature; 0 = greedy.")
+    eval_temperature: float = _f(0.0, "Evaluation sampling temperature; 0 = greedy (the "
+                                 "paper: 0.9).")
+    eval_repeats: int = _f(1, "Samplings of the test set per evaluation, reported as mean "
+                           "and SEM (the paper: 5).")
     checkpoint_every: float = _f(60.0, "Checkpoint every this many training seconds (and at "
                                  "the end).")
     # bookkeeping
@@ -94,6 +109,14 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def model_options(self):
+        from pods.policy import ModelOptions
+
+        return ModelOptions(dtype=self.dtype, lora_rank=self.lora_rank,
+                            lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
+                            lora_target_modules=self.lora_target_modules,
+                            gradient_checkpointing=self.gradient_checkpointing)
+
     def task_options(self):
         from pods.tasks import TaskOptions
 
@@ -110,7 +133,7 @@ def _problems(c: TrainConfig):
     from pods.tasks import TASKS  # deferred: tasks import the config-free core only
 
     for name in ("prompts_per_step", "n", "m", "max_new_tokens", "gen_batch_size",
-                 "num_iterations", "max_prompt_tokens"):
+                 "num_iterations", "max_prompt_tokens", "eval_repeats"):
         if getattr(c, name) < 1:
             yield f"{name}={getattr(c, name)} must be at least 1."
     if c.m > c.n:
@@ -140,6 +163,13 @@ def _problems(c: TrainConfig):
            c.tag_weight) < 0:
         yield "beta, weight_decay, max_grad_norm, eval_temperature, format_weight and " \
               "tag_weight must be >= 0."
+    if not (0 <= c.adam_beta1 < 1 and 0 <= c.adam_beta2 < 1):
+        yield "adam_beta1 and adam_beta2 must be in [0, 1)."
+    if c.dtype not in DTYPES:
+        yield f"unknown dtype {c.dtype!r}; use one of {', '.join(DTYPES)}."
+    if c.lora_rank < 0 or c.lora_alpha <= 0 or not 0 <= c.lora_dropout < 1:
+        yield "lora_rank must be >= 0 (0 = full fine-tuning), lora_alpha > 0 and " \
+              "0 <= lora_dropout < 1."
     if c.task == "custom" and not c.data_file:
         yield "task custom needs --data-file FILE (records with 'prompt' and 'answer')."
     if c.reward_fn is not None and len([p for p in c.reward_fn.split(":") if p]) != 2:

@@ -1,9 +1,16 @@
-"""Test-set evaluation: the same generation code as training, on held-out problems."""
+"""Test-set evaluation: the same generation code as training, on held-out problems.
+
+The paper's protocol (REFERENCE.md): the whole test set is sampled k times (5) at
+temperature 0.9; each metric is computed per repeat and reported as the mean over repeats
+with its standard error (``<metric>_sem``). Metrics: answer accuracy, format accuracy (tasks
+that ask for a layout), both, and mean completion length in tokens.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from pods.prompts import render_prompts
@@ -12,8 +19,9 @@ from pods.tasks import Problem
 
 
 def evaluate(model, tokenizer, task, problems: list[Problem], temperature: float,
-             max_new_tokens: int, chunk: int, seed: int = 0) -> dict[str, float]:
-    """Accuracy (mean reward == 1) and mean completion length over ``problems``.
+             max_new_tokens: int, chunk: int, seed: int = 0,
+             repeats: int = 1) -> dict[str, float]:
+    """Metrics over ``repeats`` samplings of ``problems`` (mean and SEM over repeats).
 
     Sampling draws from a forked RNG seeded with ``seed``, so evaluating never changes
     the training run's random stream (a resumed run stays identical to an uninterrupted one).
@@ -24,24 +32,33 @@ def evaluate(model, tokenizer, task, problems: list[Problem], temperature: float
     texts, special = render_prompts(tokenizer, task, problems)
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
-        out = generate(model, tokenizer, texts, 1, temperature, max_new_tokens, chunk,
-                       add_special_tokens=special)
+        out = generate(model, tokenizer, texts, repeats, temperature, max_new_tokens, chunk,
+                       add_special_tokens=special)  # row i*repeats + r: problem i, repeat r
     model.train(was_training)
-    pairs = list(zip(out.texts, problems, strict=True))
-    total = max(len(problems), 1)
-    correct = [_correct(task, text, p) for text, p in pairs]
-    result = {
-        "eval/accuracy": sum(correct) / total,
-        "eval/reward_mean": sum(task.reward(text, p) for text, p in pairs) / total,
-        "eval/completion_len": out.completion_mask.sum(1).float().mean().item(),
-        "eval/problems": len(problems),
+    per_repeat = _per_repeat(task, problems, out.texts, out.completion_mask, repeats)
+    result: dict[str, float] = {}
+    for key, values in per_repeat.items():  # values: [repeats]
+        result[f"eval/{key}"] = float(np.mean(values))
+        if repeats > 1:
+            result[f"eval/{key}_sem"] = float(np.std(values, ddof=1) / np.sqrt(repeats))
+    return {**result, "eval/problems": len(problems), "eval/repeats": repeats}
+
+
+def _per_repeat(task, problems, texts, mask, repeats) -> dict[str, np.ndarray]:
+    P = len(problems)
+    grid = lambda values: np.asarray(values, dtype=float).reshape(P, repeats)  # noqa: E731
+    completions = [(texts[i], problems[i // repeats]) for i in range(P * repeats)]
+    correct = grid([_correct(task, text, p) for text, p in completions])  # [P, repeats]
+    metrics = {
+        "accuracy": correct,
+        "reward_mean": grid([task.reward(text, p) for text, p in completions]),
+        "completion_len": grid(mask.sum(1).float().tolist()),
     }
     if hasattr(task, "format_ok"):  # tasks that ask for a layout (the math tasks' tags)
-        layout = [task.format_ok(text) for text, _ in pairs]
-        result["eval/format_accuracy"] = sum(layout) / total
-        both = [a and b for a, b in zip(correct, layout, strict=True)]
-        result["eval/both_accuracy"] = sum(both) / total
-    return result
+        layout = grid([task.format_ok(text) for text, _ in completions])
+        metrics["format_accuracy"] = layout
+        metrics["both_accuracy"] = correct * layout
+    return {k: v.mean(axis=0) if P else np.zeros(repeats) for k, v in metrics.items()}
 
 
 def _correct(task, completion: str, problem: Problem) -> bool:
@@ -52,30 +69,43 @@ def _correct(task, completion: str, problem: Problem) -> bool:
     return task.reward(completion, problem) >= 1.0
 
 
-def evaluate_checkpoint(path: str | Path, eval_size: int | None = None,
-                        temperature: float | None = None, device: str = "auto") -> dict:
-    """Evaluate a run folder's newest checkpoint (or a checkpoint folder) on its task's
-    test split; the task and generation settings come from the run's config.yaml."""
-    from pods.checkpoint import latest_checkpoint
-    from pods.config import from_dict, load_yaml
-    from pods.policy import load_policy, resolve_device
+def evaluate_path(path: str, tasks: list[str] | None = None, repeats: int = 5,
+                  temperature: float = 0.9, eval_size: int | None = None,
+                  max_new_tokens: int | None = None, data_dir: str | None = None,
+                  device: str = "auto") -> dict[str, dict]:
+    """`pods eval`: a run folder's newest checkpoint, a checkpoint folder, or a model (hub id
+    or folder) on one or more tasks' test sets. Returns {task: metrics}."""
+    from pods.checkpoint import checkpoint_and_config, latest_checkpoint
+    from pods.config import TrainConfig
+    from pods.policy import load_saved_policy, resolve_device
     from pods.prompts import drop_long_prompts
     from pods.tasks import get_task
 
-    path = Path(path)
-    checkpoint = latest_checkpoint(path)
-    if checkpoint is None:
-        raise ValueError(f"{path} holds no complete checkpoint (expected a run folder with "
-                         f"checkpoints/latest, or a checkpoints/step_N folder).")
-    run_dir = checkpoint.parent.parent
-    if not (run_dir / "config.yaml").is_file():
-        raise ValueError(f"{run_dir} has no config.yaml to tell the task of {checkpoint}.")
-    cfg = from_dict(load_yaml(run_dir / "config.yaml"))
-    task = get_task(cfg.task, cfg.task_options())
-    model, tokenizer = load_policy(str(checkpoint / "model"), task, resolve_device(device))
-    problems, dropped = drop_long_prompts(tokenizer, task, task.test(), cfg.max_prompt_tokens)
-    problems = problems[:eval_size]
-    temperature = cfg.eval_temperature if temperature is None else temperature
-    result = evaluate(model, tokenizer, task, problems, temperature, cfg.max_new_tokens,
-                      cfg.gen_batch_size, seed=cfg.seed)
-    return {"checkpoint": str(checkpoint), **result, "eval/dropped_long_prompts": dropped}
+    if repeats < 1 or temperature < 0:
+        raise ValueError("--repeats must be >= 1 and --eval-temperature >= 0 (0 = greedy).")
+    if latest_checkpoint(path) is not None:
+        checkpoint, cfg = checkpoint_and_config(path)
+        source = checkpoint / "model"
+    else:  # a plain model: evaluate it as it is (e.g. the base model before RL)
+        if not tasks:
+            raise ValueError(f"{path} is not a run or checkpoint folder; to evaluate it as a "
+                             f"model, name the test sets with --task (e.g. --task gsm8k).")
+        cfg = TrainConfig(model=path, task=tasks[0])
+        source = Path(path)
+    overrides = {k: v for k, v in dict(data_dir=data_dir, max_new_tokens=max_new_tokens)
+                 .items() if v is not None}
+    cfg = cfg.replace(**overrides)
+    results: dict[str, dict] = {}
+    model = tokenizer = None
+    for name in tasks or [cfg.task]:
+        task = get_task(name, cfg.replace(task=name).task_options())
+        if model is None:
+            model, tokenizer = load_saved_policy(source, cfg.model, task,
+                                                 resolve_device(device), cfg.model_options())
+        problems, dropped = drop_long_prompts(tokenizer, task, task.test(),
+                                              cfg.max_prompt_tokens)
+        result = evaluate(model, tokenizer, task, problems[:eval_size], temperature,
+                          cfg.max_new_tokens, cfg.gen_batch_size, seed=cfg.seed,
+                          repeats=repeats)
+        results[name] = {**result, "eval/dropped_long_prompts": dropped}
+    return {"model": str(source), **results}

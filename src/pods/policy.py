@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -14,8 +15,33 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def load_policy(model: str, task, device: torch.device, log=print):
-    """(model, tokenizer) from a hub id, a local folder, or 'tiny' (the embedded model)."""
+@dataclass(frozen=True)
+class ModelOptions:
+    """How to load the policy (see TrainConfig for each field's meaning)."""
+
+    dtype: str = "auto"
+    lora_rank: int = 0  # 0: full fine-tuning
+    lora_alpha: float = 64.0
+    lora_dropout: float = 0.0
+    lora_target_modules: str = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+    gradient_checkpointing: bool = False
+
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """auto: bfloat16 on a GPU that supports it, else float32 (CPU training stays exact)."""
+    if name == "auto":
+        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if cuda_bf16 else torch.float32
+    return getattr(torch, name)
+
+
+def load_policy(model: str, task, device: torch.device, options: ModelOptions = ModelOptions(),
+                log=print):
+    """(model, tokenizer) from a hub id, a local folder, or 'tiny' (the embedded model),
+    in the requested dtype, wrapped in a LoRA adapter when ``options.lora_rank`` > 0."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if model == "tiny":
@@ -26,13 +52,45 @@ def load_policy(model: str, task, device: torch.device, log=print):
     tokenizer.padding_side = "left"  # generation continues every prompt at the same column
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    policy = AutoModelForCausalLM.from_pretrained(model).to(device)
+    policy = AutoModelForCausalLM.from_pretrained(
+        model, dtype=resolve_dtype(options.dtype, device)).to(device)
+    if options.gradient_checkpointing:
+        policy.gradient_checkpointing_enable()
+        policy.config.use_cache = False  # generate() turns the KV cache back on per call
+    if options.lora_rank > 0:
+        policy = add_lora(policy, options)
     return policy, tokenizer
 
 
-def load_checkpoint_policy(path: str | Path, device: torch.device):
-    """(model, tokenizer) saved in a checkpoint's ``model`` folder."""
-    return load_policy(str(Path(path)), None, device)
+def add_lora(model, options: ModelOptions):
+    """Wrap ``model`` in a trainable LoRA adapter; the base weights are frozen."""
+    from peft import LoraConfig, get_peft_model
+
+    modules = [m.strip() for m in options.lora_target_modules.split(",") if m.strip()]
+    config = LoraConfig(r=options.lora_rank, lora_alpha=options.lora_alpha,
+                        lora_dropout=options.lora_dropout, target_modules=modules,
+                        task_type="CAUSAL_LM")
+    if options.gradient_checkpointing:
+        model.enable_input_require_grads()  # checkpointed blocks need a grad-carrying input
+    return get_peft_model(model, config)
+
+
+def is_adapter(path: str | Path) -> bool:
+    """Whether a saved model folder holds a LoRA adapter rather than full weights."""
+    return (Path(path) / "adapter_config.json").is_file()
+
+
+def load_saved_policy(path: str | Path, base: str, task, device: torch.device,
+                      options: ModelOptions = ModelOptions()):
+    """(model, tokenizer) of a checkpoint's model folder: full weights, or a LoRA adapter
+    put on ``base`` (the run's --model)."""
+    path = Path(path)
+    if not is_adapter(path):
+        return load_policy(str(path), task, device, replace(options, lora_rank=0))
+    from peft import PeftModel
+
+    model, tokenizer = load_policy(base, task, device, replace(options, lora_rank=0))
+    return PeftModel.from_pretrained(model, path).to(device), tokenizer
 
 
 def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,

@@ -26,7 +26,7 @@ from pods.downsample import downsample
 from pods.evaluation import evaluate
 from pods.grading import grading_stats
 from pods.metrics import MetricsWriter, truncate_metrics
-from pods.policy import load_policy, resolve_device
+from pods.policy import load_policy, load_saved_policy, resolve_device
 from pods.prompts import drop_long_prompts, render_prompts
 from pods.rollout import generate
 from pods.tasks import get_task
@@ -57,12 +57,17 @@ class Trainer:
         self.task = get_task(config.task, config.task_options())
         self.device = resolve_device(config.device)
         torch.manual_seed(config.seed)
-        self.model, self.tokenizer = load_policy(config.model, self.task, self.device, log=log)
+        options = config.model_options()
+        self.model, self.tokenizer = load_policy(config.model, self.task, self.device, options,
+                                                 log=log)
         self.model.train()
-        self.ref_model = None
-        if config.beta > 0:  # frozen copy of the starting policy for the KL penalty
-            self.ref_model = load_policy(config.model, self.task, self.device, log=log)[0].eval()
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr,
+        self.ref_model = None  # with LoRA the reference is the base model, adapter disabled
+        if config.beta > 0 and config.lora_rank == 0:  # else a frozen copy of the start
+            self.ref_model = load_policy(config.model, self.task, self.device, options,
+                                         log=log)[0].eval()
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(trainable, lr=config.lr,
+                                           betas=(config.adam_beta1, config.adam_beta2),
                                            weight_decay=config.weight_decay)
         self.train_set, self.test_set, self.dropped = self._datasets()
         self.prompt_rng = np.random.default_rng(config.seed)
@@ -160,7 +165,7 @@ class Trainer:
         cfg = self.cfg
         result = evaluate(self.model, self.tokenizer, self.task, self.test_set,
                           cfg.eval_temperature, cfg.max_new_tokens, cfg.gen_batch_size,
-                          seed=cfg.seed)
+                          seed=cfg.seed, repeats=cfg.eval_repeats)
         metrics.write({"kind": "eval", "step": self.step_count, "time": self.clock.seconds,
                        **result, **self.dropped})
         while self.next_eval <= self.clock.seconds:
@@ -177,10 +182,12 @@ class Trainer:
         return path
 
     def restore(self, checkpoint: Path) -> None:
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_pretrained(checkpoint / "model")
-        self.model.load_state_dict(model.state_dict())
+        saved = load_saved_policy(checkpoint / "model", self.cfg.model, self.task,
+                                  self.device, self.cfg.model_options())[0]
+        missing = self.model.load_state_dict(saved.state_dict(), strict=False).missing_keys
+        if any(p.requires_grad for n, p in self.model.named_parameters() if n in missing):
+            raise ValueError(f"{checkpoint} does not match this run's model; resume it with "
+                             f"the config it was trained with.")
         state = torch.load(checkpoint / "state.pt", weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         self.step_count, self.clock.seconds = state["step"], state["clock"]

@@ -29,6 +29,16 @@ def _frozen_logprobs(model, batch: Rollouts, parts: list[slice], temperature: fl
     return torch.cat([_logprobs(model, batch, part, temperature) for part in parts])
 
 
+def _reference_logprobs(model, ref_model, batch: Rollouts, parts: list[slice],
+                        temperature: float) -> Tensor:
+    """The reference policy's log-probs: a frozen copy, or with LoRA the base model itself
+    (adapter disabled), so that no second copy of the weights is held in memory."""
+    if ref_model is not None:
+        return _frozen_logprobs(ref_model, batch, parts, temperature)
+    with model.disable_adapter():
+        return _frozen_logprobs(model, batch, parts, temperature)
+
+
 def policy_update(model, ref_model, optimizer, batch: Rollouts, advantages: Tensor,
                   cfg) -> dict[str, float]:
     """``cfg.num_iterations`` optimizer steps on ``batch`` (B kept rollouts, advantages [B]),
@@ -40,8 +50,8 @@ def policy_update(model, ref_model, optimizer, batch: Rollouts, advantages: Tens
                   "constant": B * cfg.max_new_tokens}[cfg.loss_norm]
     old = _frozen_logprobs(model, batch, parts, cfg.temperature) \
         if cfg.num_iterations > 1 else None  # [B, Lc] the sampling policy, kept fixed
-    ref = _frozen_logprobs(ref_model, batch, parts, cfg.temperature) \
-        if ref_model is not None else None  # [B, Lc]
+    ref = _reference_logprobs(model, ref_model, batch, parts, cfg.temperature) \
+        if cfg.beta > 0 else None  # [B, Lc]
     totals: dict[str, float] = {}
     for _ in range(cfg.num_iterations):
         optimizer.zero_grad(set_to_none=True)

@@ -1,0 +1,54 @@
+import numpy as np
+import pytest
+import torch
+
+from pods.evaluation import _per_repeat, evaluate
+from pods.tasks import Problem
+
+
+class Exact:
+    """Reward 1 for the exact answer; the layout is "starts with a digit"."""
+
+    def reward(self, completion, problem):
+        return float(completion == problem.answer)
+
+    def format_ok(self, completion):
+        return completion[:1].isdigit()
+
+
+def test_metrics_per_repeat_mean_and_sem():
+    problems = [Problem("a", "1"), Problem("b", "2")]
+    # rows: problem 0 repeat 0, problem 0 repeat 1, problem 1 repeat 0, problem 1 repeat 1
+    texts = ["1", "x", "2", "2"]
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 1]])
+    m = _per_repeat(Exact(), problems, texts, mask, repeats=2)
+    # repeat 0: both correct -> 1.0; repeat 1: only problem 1 -> 0.5
+    np.testing.assert_allclose(m["accuracy"], [1.0, 0.5])
+    np.testing.assert_allclose(m["format_accuracy"], [1.0, 0.5])  # "x" has no digit
+    np.testing.assert_allclose(m["both_accuracy"], [1.0, 0.5])
+    np.testing.assert_allclose(m["completion_len"], [(2 + 3) / 2, (1 + 3) / 2])
+
+
+def test_evaluate_reports_sem_over_repeats(tiny_model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    problems = [Problem("1+2=", "3"), Problem("4+4=", "8"), Problem("5+1=", "6")]
+    result = evaluate(model, tokenizer, Exact(), problems, 1.0, 3, 64, repeats=4)
+    assert result["eval/repeats"] == 4 and result["eval/problems"] == 3
+    for key in ("accuracy", "format_accuracy", "both_accuracy", "completion_len"):
+        assert f"eval/{key}" in result and f"eval/{key}_sem" in result
+    single = evaluate(model, tokenizer, Exact(), problems, 0.0, 3, 64)
+    assert "eval/accuracy_sem" not in single
+    # evaluation never moves the caller's RNG
+    state = torch.get_rng_state()
+    evaluate(model, tokenizer, Exact(), problems, 1.0, 3, 64, repeats=2)
+    assert torch.equal(state, torch.get_rng_state())
+
+
+def test_eval_argument_errors():
+    from pods.evaluation import evaluate_path
+
+    with pytest.raises(ValueError, match="--repeats must be >= 1"):
+        evaluate_path("nowhere", ["arithmetic"], repeats=0)
