@@ -84,3 +84,10 @@ def test_export_of_a_full_fine_tune(tiny_model_dir, tmp_path):
 def test_model_option_errors(overrides, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(**overrides)
+
+
+@pytest.mark.parametrize("lora", [{}, LORA], ids=["full", "lora"])
+def test_gradient_checkpointing_trains(tiny_model_dir, tmp_path, lora):
+    run = train(config(tiny_model_dir, tmp_path, gradient_checkpointing=True, **lora))
+    steps = read_metrics(run / "metrics.jsonl", "step")
+    assert len(steps) == 2 and steps[-1]["loss/grad_norm"] > 0

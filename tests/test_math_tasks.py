@@ -148,3 +148,15 @@ def test_training_on_gsm8k_fixtures_with_a_chat_model(chat_model_dir, tmp_path):
     assert {"eval/accuracy", "eval/format_accuracy", "eval/both_accuracy",
             "data/dropped_train"} <= set(evals[0])
     assert evals[0]["eval/problems"] == 3
+    assert "rollout/grading_failures" in read_metrics(run / "metrics.jsonl", "step")[0]
+
+
+def test_pods_eval_on_fixture_test_sets(chat_model_dir):
+    from pods.evaluation import evaluate_path
+
+    result = evaluate_path(chat_model_dir, ["gsm8k", "amc23"], repeats=2, temperature=0.9,
+                           max_new_tokens=6, data_dir=DATA)
+    assert result["gsm8k"]["eval/problems"] == 3 and result["amc23"]["eval/problems"] == 2
+    for metrics in (result["gsm8k"], result["amc23"]):
+        assert {"eval/accuracy_sem", "eval/format_accuracy", "eval/both_accuracy",
+                "eval/completion_len", "eval/dropped_long_prompts"} <= set(metrics)

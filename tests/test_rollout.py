@@ -50,3 +50,19 @@ def test_logprobs_match_the_sampling_distribution(tiny_model_dir):
     scores = torch.stack(out.scores, dim=1).log_softmax(-1)  # [B, L, V], already / 0.7
     want = scores.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
     torch.testing.assert_close(logp * mask, want * mask, atol=1e-4, rtol=1e-4)
+
+
+def test_chunked_log_softmax_is_exact(tiny_model_dir, monkeypatch):
+    import pods.policy
+
+    model, tokenizer = load(tiny_model_dir)
+    enc = tokenizer(["1+2=", "33+4="], return_tensors="pt", padding=True)
+    completion = torch.tensor([[5, 6, 2], [7, 2, 0]])
+    mask = completion_mask(completion, tokenizer.eos_token_id)
+    with torch.no_grad():
+        whole = completion_logprobs(model, enc["input_ids"], enc["attention_mask"], completion,
+                                    mask, 0.7)
+        monkeypatch.setattr(pods.policy, "LOGSOFTMAX_CHUNK", 1)  # one sequence per chunk
+        rows = completion_logprobs(model, enc["input_ids"], enc["attention_mask"], completion,
+                                   mask, 0.7)
+    torch.testing.assert_close(rows, whole)

@@ -44,8 +44,10 @@ def generate(model, tokenizer, prompts: list[str], n: int, temperature: float,
                     add_special_tokens=add_special_tokens)
     prompt_ids = enc["input_ids"].repeat_interleave(n, dim=0).to(device)  # [P*n, Lp]
     prompt_mask = enc["attention_mask"].repeat_interleave(n, dim=0).to(device)
-    sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) \
-        if temperature > 0 else dict(do_sample=False)
+    # Sample from the policy itself: override any top-k/top-p/repetition penalty that a
+    # model's generation_config sets (Qwen2.5's does), or the log-probs would not match.
+    sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
+                    repetition_penalty=1.0) if temperature > 0 else dict(do_sample=False)
     pieces = []
     for start in range(0, prompt_ids.shape[0], chunk):
         out = model.generate(input_ids=prompt_ids[start : start + chunk],
