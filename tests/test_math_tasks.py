@@ -75,6 +75,10 @@ def test_math_reward_table(completion, gold, expected):
 
 def test_reward_weights_and_scores():
     assert math_reward(THINK, "42", RewardWeights(format=0.0, tags=0.0)) == 1.0
+    weighted = get_task("gsm8k", TaskOptions(data_dir=DATA, correctness_weight=2.0,
+                                             format_weight=0.0, tag_weight=0.5))
+    problem = weighted.test()[0]  # gold "6"
+    assert weighted.reward(THINK.replace("42", "6"), problem) == pytest.approx(2.0 + 0.5)
     assert format_score("x" * 200 + THINK) == 0.0  # floored at 0
     assert tag_score("<think></think>") == 0.5
     assert format_correct(THINK) and format_correct("\n" + THINK + "\n")

@@ -40,6 +40,7 @@ class TrainConfig:
                                "and 'answer' (optional 'split': train/test).")
     reward_fn: str | None = _f(None, "custom task: reward as module:function, called with "
                                "(completion, answer) -> float; None = the math reward.")
+    correctness_weight: float = _f(1.0, "Math rewards: reward for a correct answer.")
     format_weight: float = _f(0.1, "Math rewards: weight of the <think>/<answer> format bonus "
                               "(0 with tag_weight 0 = correctness only).")
     tag_weight: float = _f(0.1, "Math rewards: weight of the tag-count bonus (0.25 per tag).")
@@ -121,7 +122,9 @@ class TrainConfig:
         from pods.tasks import TaskOptions
 
         return TaskOptions(data_dir=self.data_dir, data_file=self.data_file,
-                           reward_fn=self.reward_fn, format_weight=self.format_weight,
+                           reward_fn=self.reward_fn,
+                           correctness_weight=self.correctness_weight,
+                           format_weight=self.format_weight,
                            tag_weight=self.tag_weight, seed=self.seed)
 
     def replace(self, **overrides: Any) -> TrainConfig:
@@ -160,9 +163,9 @@ def _problems(c: TrainConfig):
         yield f"micro_batch_size={c.micro_batch_size} is larger than the batch of kept " \
               f"rollouts P*m = {c.prompts_per_step}*{c.m} = {c.kept_per_step}; lower it."
     if min(c.beta, c.weight_decay, c.max_grad_norm, c.eval_temperature, c.format_weight,
-           c.tag_weight) < 0:
-        yield "beta, weight_decay, max_grad_norm, eval_temperature, format_weight and " \
-              "tag_weight must be >= 0."
+           c.tag_weight, c.correctness_weight) < 0:
+        yield "beta, weight_decay, max_grad_norm, eval_temperature and the reward weights " \
+              "must be >= 0."
     if not (0 <= c.adam_beta1 < 1 and 0 <= c.adam_beta2 < 1):
         yield "adam_beta1 and adam_beta2 must be in [0, 1)."
     if c.dtype not in DTYPES:

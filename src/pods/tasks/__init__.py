@@ -39,6 +39,7 @@ class TaskOptions:
     data_dir: str | None = None  # local data files instead of the hub (math tasks)
     data_file: str | None = None  # the records of the custom task
     reward_fn: str | None = None  # "module:function" reward of the custom task
+    correctness_weight: float = 1.0  # math rewards: reward for a correct answer
     format_weight: float = 0.1  # math rewards: weight of the format bonus
     tag_weight: float = 0.1  # math rewards: weight of the tag-count bonus
     seed: int = 0  # the custom task's train/test split
@@ -47,7 +48,8 @@ class TaskOptions:
 def _weights(o: TaskOptions):
     from pods.rewards import RewardWeights
 
-    return RewardWeights(format=o.format_weight, tags=o.tag_weight)
+    return RewardWeights(correctness=o.correctness_weight, format=o.format_weight,
+                         tags=o.tag_weight)
 
 
 def _arithmetic(o: TaskOptions) -> Task:
