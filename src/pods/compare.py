@@ -312,13 +312,17 @@ def _reach(curve: Curve | None, base: Curve | None) -> float | None:
     return float(curve.times[hits[0]]) if len(hits) else None
 
 
+def _values(steps: list[list[dict]], key: str) -> list[float]:
+    return [r[key] for records in steps for r in records if r.get(key) is not None]
+
+
 def _mean_of(steps: list[list[dict]], key: str) -> float | None:
-    values = [r[key] for records in steps for r in records if r.get(key) is not None]
+    values = _values(steps, key)
     return float(np.mean(values)) if values else None
 
 
 def _max_of(steps: list[list[dict]], key: str) -> float | None:
-    values = [r[key] for records in steps for r in records if r.get(key) is not None]
+    values = _values(steps, key)
     return float(max(values)) if values else None
 
 
