@@ -18,6 +18,9 @@ from pods.config import TrainConfig, add_config_flags, config_from_args, from_di
     (dict(adv_scale="global"), "unknown adv_scale"),
     (dict(eval_every=0.0), "eval_every=0.0 must be positive"),
     (dict(lr=-1.0), "lr=-1.0 must be positive"),
+    (dict(task="gsm8k"), "'tiny' only knows the arithmetic task"),
+    (dict(model="x", task="custom"), "task custom needs --data-file"),
+    (dict(model="x", task="custom", data_file="f.jsonl", reward_fn="mod"), "module:function"),
 ])
 def test_invalid_values_say_what_to_change(overrides, message):
     with pytest.raises(ValueError, match=message):

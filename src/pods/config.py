@@ -173,6 +173,9 @@ def _problems(c: TrainConfig):
     if c.lora_rank < 0 or c.lora_alpha <= 0 or not 0 <= c.lora_dropout < 1:
         yield "lora_rank must be >= 0 (0 = full fine-tuning), lora_alpha > 0 and " \
               "0 <= lora_dropout < 1."
+    if c.model == "tiny" and c.task not in ("arithmetic",) and c.task in TASKS:
+        yield f"the embedded model 'tiny' only knows the arithmetic task's characters; for " \
+              f"task {c.task!r} pass a real model with --model (hub id or folder)."
     if c.task == "custom" and not c.data_file:
         yield "task custom needs --data-file FILE (records with 'prompt' and 'answer')."
     if c.reward_fn is not None and len([p for p in c.reward_fn.split(":") if p]) != 2:
