@@ -13,8 +13,9 @@ TINY = ["--max-time", "none", "--prompts-per-step", "2", "--n", "4", "--m", "2",
 
 
 def pods(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # tests never reach the network
     return subprocess.run([sys.executable, "-m", "pods", *args], capture_output=True,
-                          text=True, timeout=300, env=os.environ.copy())
+                          text=True, timeout=300, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +87,8 @@ def test_compare_and_plot(tiny_model_dir, tmp_path):
     (["train", "--config", "missing.yaml"], "missing.yaml does not exist"),
     (["eval", "nowhere"], "name the test sets with --task"),
     (["plot", "nowhere"], "neither a run folder"),
+    (["train", "--model", "no-such-org/no-such-model", "--max-steps", "1"],
+     "could not load the model 'no-such-org/no-such-model'"),
 ])
 def test_bad_input_fails_fast_with_a_message(args, message):
     result = pods(*args)

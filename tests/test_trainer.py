@@ -129,3 +129,10 @@ def test_multiple_iterations_and_kl_run(tiny_model_dir, tmp_path):
     step = read_metrics(run / "metrics.jsonl", "step")[-1]
     assert step["loss/kl"] > 0  # the policy moved away from the reference
     assert step["loss/ratio_mean"] != 1.0  # the second iteration is off-policy
+
+
+def test_a_model_that_cannot_load_leaves_no_run_folder(tmp_path):
+    missing = str(tmp_path / "no" / "model-here")  # neither a folder nor a valid hub id
+    with pytest.raises(ValueError, match="could not load the model"):
+        train(config(missing, tmp_path))
+    assert not (tmp_path / "run").exists()

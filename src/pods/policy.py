@@ -48,7 +48,13 @@ def load_policy(model: str, task, device: torch.device, options: ModelOptions = 
         from pods.models.tiny import tiny_model_path
 
         model = str(tiny_model_path(task, log=log))
-    tokenizer = AutoTokenizer.from_pretrained(model)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model)
+    except (OSError, ValueError) as error:  # not a folder, not on the hub, or offline
+        raise ValueError(
+            f"could not load the model {model!r}: {str(error).splitlines()[0]} Pass a local "
+            f"folder made with save_pretrained, or a hub id on a machine that can reach the "
+            f"hub (downloads go to HF_HOME).") from None
     tokenizer.padding_side = "left"  # generation continues every prompt at the same column
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -204,10 +204,11 @@ def train(config: TrainConfig, log=print) -> Path:
     if (run_dir / "metrics.jsonl").exists():
         raise ValueError(f"run folder {run_dir} already holds a run; continue it with "
                          f"`pods train --resume {run_dir}` or pick another --run-name.")
+    trainer = Trainer(config, run_dir, log=log)  # model and data first: a failure writes nothing
     run_dir.mkdir(parents=True, exist_ok=True)
     save_yaml(config, run_dir / "config.yaml")
     log(f"run folder: {run_dir}")
-    Trainer(config, run_dir, log=log).run()
+    trainer.run()
     return run_dir
 
 
