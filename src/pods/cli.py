@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from pods.config import add_config_flags, config_from_args
+from pods.config import add_config_flags, config_from_args, flag_overrides
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,17 +77,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _overrides(args: argparse.Namespace) -> dict:
-    return {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_")}
-
-
 def _train(args: argparse.Namespace) -> int:
     from pods import trainer
 
     if args.resume:
         if args.config:
             raise ValueError("--resume continues a run with its own config; drop --config.")
-        trainer.resume(args.resume, _overrides(args))
+        trainer.resume(args.resume, flag_overrides(args))
     else:
         trainer.train(config_from_args(args))
     return 0
@@ -115,7 +111,7 @@ def _compare(args: argparse.Namespace) -> int:
     from pods.compare import load_spec, run_compare
     from pods.trainer import train_or_resume
 
-    run_compare(load_spec(args.spec), Path(args.out), train_or_resume, _overrides(args))
+    run_compare(load_spec(args.spec), Path(args.out), train_or_resume, flag_overrides(args))
     return 0
 
 

@@ -239,8 +239,12 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
                            help=f"{f.metadata['help']} (default: {f.default})")
 
 
+def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The TrainConfig fields given as flags (those added by ``add_config_flags``)."""
+    return {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_")}
+
+
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """Defaults < --config YAML < flags."""
     values = load_yaml(args.config) if getattr(args, "config", None) else {}
-    values.update({k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_")})
-    return from_dict(values)
+    return from_dict({**values, **flag_overrides(args)})

@@ -237,9 +237,9 @@ def resume(run_dir: str | Path, overrides: dict | None = None, log=print) -> Pat
         raise ValueError(f"{run_dir} has no complete checkpoint to resume from; "
                          f"start a new run instead.")
     config = from_dict({**load_yaml(run_dir / "config.yaml"), **(overrides or {})})
-    save_yaml(config, run_dir / "config.yaml")
     trainer = Trainer(config, run_dir, log=log)
     trainer.restore(checkpoint)
+    save_yaml(config, run_dir / "config.yaml")  # only once the run can go on, as in train()
     truncate_metrics(run_dir / "metrics.jsonl", trainer.step_count)
     log(f"resuming {run_dir} from {checkpoint.name} (step {trainer.step_count}, "
         f"{trainer.clock.seconds:.1f} training seconds)")
@@ -258,7 +258,6 @@ class _Progress:
         self.bar = tqdm(total=total, initial=steps if self.by_steps else round(seconds),
                         disable=not cfg.progress, unit="step" if self.by_steps else "s",
                         dynamic_ncols=True, mininterval=1.0)  # ~1 redraw/s, short logs
-        self.seconds = seconds
 
     def update(self, record: dict, accuracy: float | None) -> None:
         if self.by_steps:
