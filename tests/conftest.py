@@ -2,6 +2,8 @@ import os
 
 import pytest
 
+from toy_task import EvenStart
+
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
@@ -24,28 +26,6 @@ def tiny_model_dir(tmp_path_factory):
 
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-class EvenStart:
-    """Arithmetic prompts, but a reward an untrained model earns about half the time
-    (the completion starts with a digit below 5), so groups have reward variance."""
-
-    from pods.tasks.arithmetic import Arithmetic as _A
-
-    name = "even_start"
-    alphabet = _A.alphabet
-
-    def __init__(self, options=None):
-        self._inner = self._A()
-
-    def train(self):
-        return self._inner.train()
-
-    def test(self):
-        return self._inner.test()
-
-    def reward(self, completion, problem):
-        return 1.0 if completion[:1] in "01234" else 0.0
 
 
 @pytest.fixture(autouse=True)

@@ -9,21 +9,37 @@ from pods.config import from_dict, load_yaml
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 SPECS = sorted(p for p in CONFIGS.rglob("*.yaml") if "compare" in p.name)
-TRAIN = sorted(p for p in CONFIGS.rglob("*.yaml") if "compare" not in p.name)
+TRAIN = sorted(p for p in CONFIGS.rglob("*.yaml")
+               if "compare" not in p.name and p.parent.name != "accelerate")
+ACCELERATE = sorted((CONFIGS / "accelerate").glob("*.yaml"))
 
 
 def test_configs_are_shipped():
-    assert len(TRAIN) >= 6 and len(SPECS) >= 3
+    assert len(TRAIN) >= 8 and len(SPECS) >= 3 and len(ACCELERATE) >= 2
 
 
 @pytest.mark.parametrize("path", TRAIN, ids=lambda p: p.name)
 def test_train_config_is_valid(path):
     cfg = from_dict(load_yaml(path))
-    assert cfg.lora_rank == 64 and cfg.prompts_per_step == 1 and cfg.eval_repeats == 5
+    assert cfg.eval_repeats == 5
+    if "8gpu" in path.name:  # full fine-tuning, one prompt per GPU, 32 kept per GPU
+        assert cfg.lora_rank == 0 and cfg.prompts_per_step % 8 == 0 and cfg.m == 32
+        assert cfg.m // cfg.micro_batch_size == (4 if "pods" in path.name else 16)
+    else:
+        assert cfg.lora_rank == 64 and cfg.prompts_per_step == 1
     if "pods" in path.name:
         assert cfg.n > cfg.m and cfg.rule == "max_variance"
     else:
         assert cfg.n == cfg.m
+
+
+@pytest.mark.parametrize("path", ACCELERATE, ids=lambda p: p.name)
+def test_accelerate_config_is_one_pods_supports(path):
+    config = load_yaml(path)
+    assert config["distributed_type"] in ("MULTI_GPU", "FSDP")
+    assert config["mixed_precision"] == "no"  # pods sets the dtype itself
+    if config["distributed_type"] == "FSDP":
+        assert config["fsdp_config"]["fsdp_version"] == 2
 
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)

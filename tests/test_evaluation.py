@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from pods.evaluation import _per_repeat, evaluate
+from pods.evaluation import evaluate, scores, summarize
 from pods.tasks import Problem
 
 
@@ -21,12 +21,16 @@ def test_metrics_per_repeat_mean_and_sem():
     # rows: problem 0 repeat 0, problem 0 repeat 1, problem 1 repeat 0, problem 1 repeat 1
     texts = ["1", "x", "2", "2"]
     mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 1]])
-    m = _per_repeat(Exact(), problems, texts, mask, repeats=2)
+    names, values = scores(Exact(), problems, texts, mask, repeats=2)  # [2, 2, metrics]
+    m = {name: values[:, :, k].mean(0).numpy() for k, name in enumerate(names)}
     # repeat 0: both correct -> 1.0; repeat 1: only problem 1 -> 0.5
     np.testing.assert_allclose(m["accuracy"], [1.0, 0.5])
     np.testing.assert_allclose(m["format_accuracy"], [1.0, 0.5])  # "x" has no digit
     np.testing.assert_allclose(m["both_accuracy"], [1.0, 0.5])
     np.testing.assert_allclose(m["completion_len"], [(2 + 3) / 2, (1 + 3) / 2])
+    result = summarize(names, values)
+    assert result["eval/accuracy"] == pytest.approx(0.75)
+    assert result["eval/accuracy_sem"] == pytest.approx(np.std([1.0, 0.5], ddof=1) / 2**0.5)
 
 
 def test_evaluate_reports_sem_over_repeats(tiny_model_dir):

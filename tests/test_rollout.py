@@ -2,7 +2,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pods.policy import completion_logprobs
-from pods.rollout import completion_mask, generate
+from pods.rollout import KeyedSampler, completion_mask, generate, mix32, sample_keys
 
 
 def test_completion_mask_stops_after_first_eos():
@@ -66,3 +66,45 @@ def test_chunked_log_softmax_is_exact(tiny_model_dir, monkeypatch):
         rows = completion_logprobs(model, enc["input_ids"], enc["attention_mask"], completion,
                                    mask, 0.7)
     torch.testing.assert_close(rows, whole)
+
+
+def test_mix32_is_lowbias32():
+    def reference(x):
+        x &= 0xFFFFFFFF
+        x ^= x >> 16
+        x = (x * 0x7FEB352D) & 0xFFFFFFFF
+        x ^= x >> 15
+        x = (x * 0x846CA68B) & 0xFFFFFFFF
+        return x ^ (x >> 16)
+
+    xs = [0, 1, 12345, 2**31 - 1, 2**31, 2**32 - 1]
+    assert mix32(torch.tensor(xs)).tolist() == [reference(x) for x in xs]
+
+
+def test_keyed_sampler_draws_from_the_tempered_softmax():
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, 0.5, float("-inf")])  # [V]
+    N = 100_000
+    sampler = KeyedSampler(mix32(torch.arange(N)), temperature=0.7)
+    scores = sampler(torch.zeros(N, 3, dtype=torch.long), logits.expand(N, -1).clone())
+    assert torch.isinf(scores).sum(1).tolist() == [5] * N  # one token left per row
+    freq = torch.bincount(scores.argmax(1), minlength=6).double() / N
+    want = torch.softmax(logits.double() / 0.7, 0)
+    assert (freq - want).abs().max() < 4 * (0.25 / N) ** 0.5  # 4 binomial std at most
+    assert freq[5] == 0  # a -inf logit is never drawn
+
+
+def test_rollouts_do_not_depend_on_batch_or_chunking(tiny_model_dir):
+    """A rollout depends on its key and prompt only: what shares its batch, the padding
+    that brings, and the chunk size change nothing (this is what makes a data-parallel
+    run equal to a one-process run)."""
+    model, tokenizer = load(tiny_model_dir)
+    keys = sample_keys(7, 0, torch.arange(3))  # [3]
+    prompts = ["1+2=", "10+20=", "5+5="]
+    whole = generate(model, tokenizer, prompts, 4, 1.0, 5, chunk=12, keys=keys)
+    chunked = generate(model, tokenizer, prompts, 4, 1.0, 5, chunk=5, keys=keys)
+    alone = generate(model, tokenizer, prompts[1:2], 4, 1.0, 5, chunk=4, keys=keys[1:2])
+    assert chunked.texts == whole.texts and alone.texts == whole.texts[4:8]
+    assert len(set(whole.texts)) > 3  # it does sample
+    other = generate(model, tokenizer, prompts, 4, 1.0, 5, chunk=12,
+                     keys=sample_keys(8, 0, torch.arange(3)))
+    assert other.texts != whole.texts  # another seed, other rollouts

@@ -4,7 +4,9 @@ Layout of a run folder:
     config.yaml                  the resolved TrainConfig
     metrics.jsonl                see pods.metrics
     checkpoints/step_000120/     model/ (save_pretrained: weights, config, tokenizer) and
-                                 state.pt (optimizer, RNG states, clock, counters)
+                                 state.pt (optimizer, RNG states, clock, counters); under
+                                 FSDP also engine/ (accelerate's save_state: the sharded
+                                 optimizer), and state.pt holds no optimizer
     checkpoints/latest           name of the newest complete checkpoint
 
 A checkpoint is written under a temporary name and renamed when complete, and ``latest`` is
@@ -24,13 +26,26 @@ import torch
 KEEP = 2
 
 
-def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict[str, Any]) -> Path:
-    root = run_dir / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{step:06d}"
-    tmp = root / f".tmp_step_{step:06d}"
+def staging_dir(run_dir: Path, step: int) -> Path:
+    """Where checkpoint ``step`` is written before it is renamed into place."""
+    return run_dir / "checkpoints" / f".tmp_step_{step:06d}"
+
+
+def start_checkpoint(run_dir: Path, step: int) -> Path:
+    """An empty staging folder for checkpoint ``step`` (other ranks may add to it)."""
+    tmp = staging_dir(run_dir, step)
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp / "model")
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def finish_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict[str, Any],
+                      weights: dict | None = None) -> Path:
+    """Write the model (``weights``: a full state dict where the module holds only a shard)
+    and ``state`` into the staging folder, then publish it atomically."""
+    root, tmp = run_dir / "checkpoints", staging_dir(run_dir, step)
+    final = root / f"step_{step:06d}"
+    model.save_pretrained(tmp / "model", state_dict=weights)
     tokenizer.save_pretrained(tmp / "model")
     torch.save(state, tmp / "state.pt")
     shutil.rmtree(final, ignore_errors=True)
@@ -41,6 +56,12 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict[str,
     for old in sorted(root.glob("step_*"))[:-KEEP]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict[str, Any]) -> Path:
+    """One process's checkpoint: staging, then publishing."""
+    start_checkpoint(run_dir, step)
+    return finish_checkpoint(run_dir, step, model, tokenizer, state)
 
 
 def latest_checkpoint(path: str | Path) -> Path | None:

@@ -7,6 +7,7 @@
     pods export runs/RUN out/model               standalone model folder (LoRA merged)
     pods compare configs/compare_embedded.yaml --out runs/compare
     pods plot runs/compare                       redraw figures and the table from saved runs
+    torchrun --nproc_per_node 4 -m pods train    the same run, data-parallel on 4 processes
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 from pods.config import add_config_flags, config_from_args, flag_overrides
+from pods.distributed import RankFailure
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:  # bad input: say what to change, no traceback
         print(f"pods {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except RankFailure as error:  # a distributed run lost a rank: say where it stands
+        print(f"pods {args.command}: error: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted; the last checkpoint is kept (continue with --resume).",
               file=sys.stderr)

@@ -98,6 +98,8 @@ class TrainConfig:
     run_name: str | None = _f(None, "Run folder name; None = a timestamp and the n/m/rule.")
     device: str = _f("auto", "cpu, cuda, cuda:1, ... or auto (cuda when available).")
     progress: bool = _f(True, "Show a progress bar.")
+    dist_timeout: float = _f(1800.0, "Distributed runs: seconds a rank waits for the others "
+                             "in a collective before the run stops with an error.")
 
     def __post_init__(self) -> None:
         for problem in _problems(self):
@@ -156,7 +158,8 @@ def _problems(c: TrainConfig):
         value = getattr(c, name)
         if value is not None and value <= 0:
             yield f"{name}={value} must be positive (or None for no limit)."
-    for name in ("eval_every", "checkpoint_every", "lr", "temperature", "clip_eps"):
+    for name in ("eval_every", "checkpoint_every", "lr", "temperature", "clip_eps",
+                 "dist_timeout"):
         if getattr(c, name) <= 0:
             yield f"{name}={getattr(c, name)} must be positive."
     if c.micro_batch_size is not None and c.micro_batch_size > c.kept_per_step:

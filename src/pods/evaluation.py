@@ -13,52 +13,66 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pods.distributed import Dist
 from pods.prompts import render_prompts
-from pods.rollout import generate
+from pods.rollout import generate, sample_keys
 from pods.tasks import Problem
 
 
 def evaluate(model, tokenizer, task, problems: list[Problem], temperature: float,
-             max_new_tokens: int, chunk: int, seed: int = 0,
-             repeats: int = 1) -> dict[str, float]:
+             max_new_tokens: int, chunk: int, seed: int = 0, repeats: int = 1,
+             dist: Dist | None = None) -> dict[str, float]:
     """Metrics over ``repeats`` samplings of ``problems`` (mean and SEM over repeats).
 
-    Sampling draws from a forked RNG seeded with ``seed``, so evaluating never changes
-    the training run's random stream (a resumed run stays identical to an uninterrupted one).
-    """
+    Sampling is keyed by (seed, problem index) (see pods.rollout), so the result does not
+    depend on batching, never touches the training run's random stream, and is the same
+    when ``dist`` splits the problems over the ranks of a data-parallel run."""
+    dist = dist or Dist(world=1)
+    T = len(problems)
+    per = -(-T // dist.world)  # problems per rank; the last rank's are padded by repeats
+    indices = [min(dist.rank * per + i, T - 1) for i in range(per)] if T else []
+    local = [problems[i] for i in indices]
     was_training = model.training
     model.eval()
-    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-    texts, special = render_prompts(tokenizer, task, problems)
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        out = generate(model, tokenizer, texts, repeats, temperature, max_new_tokens, chunk,
-                       add_special_tokens=special)  # row i*repeats + r: problem i, repeat r
-    model.train(was_training)
-    per_repeat = _per_repeat(task, problems, out.texts, out.completion_mask, repeats)
+    texts, special = render_prompts(tokenizer, task, local)
+    out = generate(model, tokenizer, texts, repeats, temperature, max_new_tokens, chunk,
+                   add_special_tokens=special, keys=sample_keys(seed, torch.tensor(indices)),
+                   synced=dist.sharded)
+    model.train(was_training)  # row i*repeats + r: problem i, repeat r
+    names, values = scores(task, local, out.texts, out.completion_mask, repeats)
+    values = dist.gather(values)[:T]  # [T, repeats, metrics] in problem order
+    return {**summarize(names, values), "eval/problems": T, "eval/repeats": repeats}
+
+
+def summarize(names: list[str], values: torch.Tensor) -> dict[str, float]:
+    """values [T, repeats, metrics] -> each metric's mean over repeats of the per-repeat
+    mean over problems, and its SEM when repeats > 1."""
+    T, repeats = values.shape[:2]
     result: dict[str, float] = {}
-    for key, values in per_repeat.items():  # values: [repeats]
-        result[f"eval/{key}"] = float(np.mean(values))
+    for k, key in enumerate(names):
+        per_repeat = values[:, :, k].mean(0).numpy() if T else np.zeros(repeats)  # [repeats]
+        result[f"eval/{key}"] = float(np.mean(per_repeat))
         if repeats > 1:
-            result[f"eval/{key}_sem"] = float(np.std(values, ddof=1) / np.sqrt(repeats))
-    return {**result, "eval/problems": len(problems), "eval/repeats": repeats}
+            result[f"eval/{key}_sem"] = float(np.std(per_repeat, ddof=1) / np.sqrt(repeats))
+    return result
 
 
-def _per_repeat(task, problems, texts, mask, repeats) -> dict[str, np.ndarray]:
+def scores(task, problems, texts, mask, repeats) -> tuple[list[str], torch.Tensor]:
+    """Each completion's metrics: (names, [P, repeats, metrics] float64)."""
     P = len(problems)
-    grid = lambda values: np.asarray(values, dtype=float).reshape(P, repeats)  # noqa: E731
     completions = [(texts[i], problems[i // repeats]) for i in range(P * repeats)]
-    correct = grid([_correct(task, text, p) for text, p in completions])  # [P, repeats]
     metrics = {
-        "accuracy": correct,
-        "reward_mean": grid([task.reward(text, p) for text, p in completions]),
-        "completion_len": grid(mask.sum(1).float().tolist()),
+        "accuracy": [float(_correct(task, text, p)) for text, p in completions],
+        "reward_mean": [task.reward(text, p) for text, p in completions],
+        "completion_len": mask.sum(1).double().tolist(),
     }
     if hasattr(task, "format_ok"):  # tasks that ask for a layout (the math tasks' tags)
-        layout = grid([task.format_ok(text) for text, _ in completions])
+        layout = [float(task.format_ok(text)) for text, _ in completions]
         metrics["format_accuracy"] = layout
-        metrics["both_accuracy"] = correct * layout
-    return {k: v.mean(axis=0) if P else np.zeros(repeats) for k, v in metrics.items()}
+        metrics["both_accuracy"] = [c * f for c, f in zip(metrics["accuracy"], layout,
+                                                          strict=True)]
+    values = torch.tensor(list(metrics.values()), dtype=torch.float64)  # [metrics, P*repeats]
+    return list(metrics), values.T.reshape(P, repeats, len(metrics))
 
 
 def _correct(task, completion: str, problem: Problem) -> bool:

@@ -20,15 +20,23 @@ import numpy as np
 import torch
 
 from pods.advantages import group_advantages
-from pods.checkpoint import latest_checkpoint, restore_rng_states, rng_states, save_checkpoint
+from pods.checkpoint import (
+    finish_checkpoint,
+    latest_checkpoint,
+    restore_rng_states,
+    rng_states,
+    staging_dir,
+    start_checkpoint,
+)
 from pods.config import TrainConfig, from_dict, load_yaml, save_yaml
+from pods.distributed import Dist, RankFailure, launched_world_size
 from pods.downsample import downsample
 from pods.evaluation import evaluate
 from pods.grading import grading_stats
 from pods.metrics import MetricsWriter, truncate_metrics
-from pods.policy import load_policy, load_saved_policy, resolve_device
+from pods.policy import load_policy, load_saved_policy
 from pods.prompts import drop_long_prompts, render_prompts
-from pods.rollout import generate
+from pods.rollout import generate, sample_keys
 from pods.tasks import get_task
 from pods.update import peak_memory_mb, policy_update
 
@@ -52,23 +60,38 @@ class Clock:
 
 
 class Trainer:
+    """One run on this process; under torchrun / accelerate launch, this rank's part of it
+    (see pods.distributed). Only rank 0 writes logs, metrics and checkpoints."""
+
     def __init__(self, config: TrainConfig, run_dir: Path, log=print):
-        self.cfg, self.run_dir, self.log = config, run_dir, log
-        self.task = get_task(config.task, config.task_options())
-        self.device = resolve_device(config.device)
+        world = launched_world_size()
+        if config.prompts_per_step % world:
+            raise ValueError(f"prompts_per_step={config.prompts_per_step} does not split over "
+                             f"{world} processes (each rank takes whole groups of n); use a "
+                             f"multiple of {world}.")
+        self.dist = Dist(config.device, timeout_s=config.dist_timeout)
+        self.cfg, self.run_dir = config, run_dir
+        self.log = log if self.dist.is_main else _silent
+        self.device = self.dist.device
         torch.manual_seed(config.seed)
         options = config.model_options()
-        self.model, self.tokenizer = load_policy(config.model, self.task, self.device, options,
-                                                 log=log)
+        with self.dist.main_first():  # rank 0 fills download and warm-up caches first
+            self.task = get_task(config.task, config.task_options())
+            self.model, self.tokenizer = load_policy(config.model, self.task, self.device,
+                                                     options, log=self.log)
         self.model.train()
         self.ref_model = None  # with LoRA the reference is the base model, adapter disabled
         if config.beta > 0 and config.lora_rank == 0:  # else a frozen copy of the start
             self.ref_model = load_policy(config.model, self.task, self.device, options,
-                                         log=log)[0].eval()
+                                         log=_silent)[0].eval()
         trainable = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(trainable, lr=config.lr,
-                                           betas=(config.adam_beta1, config.adam_beta2),
-                                           weight_decay=config.weight_decay)
+        optimizer = torch.optim.AdamW(trainable, lr=config.lr,
+                                      betas=(config.adam_beta1, config.adam_beta2),
+                                      weight_decay=config.weight_decay)
+        # engine: the model as the engine wraps it (DDP, FSDP) for the training passes;
+        # self.model stays the plain module for generation, evaluation and saving.
+        self.engine, self.optimizer = self.dist.prepare(self.model, optimizer)
+        self.model = self.dist.unwrap(self.engine)
         self.train_set, self.test_set, self.dropped = self._datasets()
         self.prompt_rng = np.random.default_rng(config.seed)
         self.select_gen = torch.Generator().manual_seed(config.seed)
@@ -91,125 +114,197 @@ class Trainer:
 
     # ---- one step ---------------------------------------------------------------------
     def step(self) -> dict[str, float]:
+        """One step. Under data parallelism this rank generates for its P/W prompts (mine),
+        and selection and advantages run on the gathered [P, n] rewards, as on one process."""
         cfg, P, n = self.cfg, self.cfg.prompts_per_step, self.cfg.n
         self.clock.phases = {}
         step_start = self.clock.seconds
         problems = [self.train_set[i] for i in
                     self.prompt_rng.choice(len(self.train_set), size=P, replace=False)]
+        mine = self.dist.shard(P)  # this rank's prompts: P_r = P / W of them
         with self.clock.phase("generate"):
-            texts, special = render_prompts(self.tokenizer, self.task, problems)
+            texts, special = render_prompts(self.tokenizer, self.task, problems[mine])
+            keys = sample_keys(cfg.seed, self.step_count, torch.arange(P)[mine])  # [P_r]
             rollouts = generate(self.model, self.tokenizer, texts, n, cfg.temperature,
-                                cfg.max_new_tokens, cfg.gen_batch_size, special)
+                                cfg.max_new_tokens, cfg.gen_batch_size, special, keys,
+                                synced=self.dist.sharded)
         with self.clock.phase("reward"):
             failures = grading_stats().failures  # answers math-verify could not grade
-            rewards = torch.tensor([self.task.reward(text, problems[i // n])
-                                    for i, text in enumerate(rollouts.texts)]).view(P, n)
+            local = torch.tensor([self.task.reward(text, problems[mine][i // n])
+                                  for i, text in enumerate(rollouts.texts)]).view(-1, n)
             failures = grading_stats().failures - failures
         with self.clock.phase("select"):
+            rewards = self.dist.gather(local)  # [P, n], the same on every rank
             idx = downsample(rewards, cfg.m, cfg.rule, generator=self.select_gen)  # [P, m]
             kept = rewards.gather(1, idx)  # [P, m]
-            advantages = group_advantages(kept, scale=cfg.adv_scale)  # [P, m]
-            rows = (torch.arange(P).unsqueeze(1) * n + idx).flatten()  # [P*m] into P*n
-            batch = rollouts.select(rows)
+            advantages = group_advantages(kept, scale=cfg.adv_scale)[mine]  # [P_r, m]
+            rows = (torch.arange(local.shape[0]).unsqueeze(1) * n + idx[mine]).flatten()
+            batch = rollouts.select(rows)  # [P_r*m] of this rank's P_r*n
         with self.clock.phase("update"):
-            losses = policy_update(self.model, self.ref_model, self.optimizer, batch,
-                                   advantages.flatten().to(self.device), cfg)
+            losses = policy_update(self.engine, self.ref_model, self.optimizer, batch,
+                                   advantages.flatten().to(self.device), cfg, self.dist)
         self.step_count += 1
+        self.clock.seconds = self.dist.reduce({"t": self.clock.seconds}, "max")["t"]
+        shared = self.dist.reduce({
+            "rollout/completion_len": rollouts.completion_mask.sum(1).float().mean().item(),
+            "rollout/grading_failures": failures}, "sum")
         return {
             "kind": "step", "step": self.step_count, "time": self.clock.seconds,
             "rollout/reward_mean": rewards.mean().item(),
-            "rollout/completion_len": rollouts.completion_mask.sum(1).float().mean().item(),
-            "rollout/grading_failures": failures,
+            "rollout/completion_len": shared["rollout/completion_len"] / self.dist.world,
+            "rollout/grading_failures": int(shared["rollout/grading_failures"]),
             "select/reward_mean": kept.mean().item(),
             "select/var_full": rewards.var(dim=1, correction=0).mean().item(),
             "select/var_kept": kept.var(dim=1, correction=0).mean().item(),
             "select/zero_var_frac_full": (rewards.amax(1) == rewards.amin(1)).float().mean().item(),
             "select/zero_var_frac": (kept.amax(1) == kept.amin(1)).float().mean().item(),
-            **losses, **self.clock.phases, "time/step": self.clock.seconds - step_start,
-            **peak_memory_mb(self.device),
+            **losses, **self.dist.reduce(self.clock.phases, "max"),  # the slowest rank's
+            "time/step": self.clock.seconds - step_start,
+            **self.dist.reduce(peak_memory_mb(self.device), "max"),
         }
 
     # ---- the run ----------------------------------------------------------------------
     def run(self) -> None:
-        cfg = self.cfg
-        metrics = MetricsWriter(self.run_dir / "metrics.jsonl")
-        progress = _Progress(cfg, self.clock.seconds, self.step_count)
+        cfg, main = self.cfg, self.dist.is_main
+        metrics = MetricsWriter(self.run_dir / "metrics.jsonl") if main else None
+        progress = _Progress(cfg, self.clock.seconds, self.step_count, enabled=main)
         last: dict[str, float] = {}
+        self.dist.on_sigterm()
         try:
             while not self.finished():
                 if self.clock.seconds >= self.next_eval:
                     last.update(self.evaluate(metrics))
                 record = self.step()
-                metrics.write(record)
+                _write(metrics, record)
                 progress.update(record, last.get("eval/accuracy"))
                 if self.clock.seconds >= self.next_checkpoint:
                     self.checkpoint()
             last.update(self.evaluate(metrics))
             self.checkpoint()
-            metrics.write({"kind": "done", "step": self.step_count, "time": self.clock.seconds})
+            _write(metrics, {"kind": "done", "step": self.step_count,
+                             "time": self.clock.seconds})
         except KeyboardInterrupt:
+            if self.dist.world > 1:  # the ranks cannot agree on a last collective save
+                raise RankFailure(self._stopped("interrupted")) from None
             self.log(f"\ninterrupted at step {self.step_count}: writing a checkpoint")
             self.checkpoint()
             raise
+        except Exception as error:
+            if self.dist.world > 1:
+                raise RankFailure(self._stopped(f"{type(error).__name__}: {error}")) from error
+            raise
         finally:
             progress.close()
-            metrics.close()
-            _plot(self.run_dir, self.log)
+            if main:
+                metrics.close()
+                _plot(self.run_dir, self.log)
+
+    def _stopped(self, why: str) -> str:
+        """What a rank of a distributed run says when the run stops early."""
+        checkpoint = latest_checkpoint(self.run_dir)
+        kept = f"the last complete checkpoint, {checkpoint}, is kept; continue with " \
+               f"`torchrun --nproc_per_node {self.dist.world} -m pods -- train --resume " \
+               f"{self.run_dir}`" if checkpoint else "no checkpoint was written yet"
+        return f"rank {self.dist.rank} of {self.dist.world} stopped at step " \
+               f"{self.step_count} ({why}); {kept}."
 
     def finished(self) -> bool:
         cfg = self.cfg
         return (cfg.max_steps is not None and self.step_count >= cfg.max_steps) or \
                (cfg.max_time is not None and self.clock.seconds >= cfg.max_time)
 
-    def evaluate(self, metrics: MetricsWriter) -> dict[str, float]:
+    def evaluate(self, metrics: MetricsWriter | None) -> dict[str, float]:
+        """Test metrics; every rank evaluates its share of the test set."""
         cfg = self.cfg
         result = evaluate(self.model, self.tokenizer, self.task, self.test_set,
                           cfg.eval_temperature, cfg.max_new_tokens, cfg.gen_batch_size,
-                          seed=cfg.seed, repeats=cfg.eval_repeats)
-        metrics.write({"kind": "eval", "step": self.step_count, "time": self.clock.seconds,
-                       **result, **self.dropped})
+                          seed=cfg.seed, repeats=cfg.eval_repeats, dist=self.dist)
+        _write(metrics, {"kind": "eval", "step": self.step_count, "time": self.clock.seconds,
+                         **result, **self.dropped})
         while self.next_eval <= self.clock.seconds:
             self.next_eval += cfg.eval_every
         return result
 
-    def checkpoint(self) -> Path:
-        state = {"optimizer": self.optimizer.state_dict(), "step": self.step_count,
-                 "clock": self.clock.seconds, "next_eval": self.next_eval,
-                 "rng": rng_states(self.prompt_rng, self.select_gen)}
-        path = save_checkpoint(self.run_dir, self.step_count, self.model, self.tokenizer, state)
+    def checkpoint(self) -> Path | None:
+        """Rank 0 writes the checkpoint; under FSDP every rank adds its shards."""
+        dist, step = self.dist, self.step_count
+        state = {"optimizer": None if dist.sharded else self.optimizer.state_dict(),
+                 "step": step, "clock": self.clock.seconds, "next_eval": self.next_eval,
+                 "rng": rng_states(self.prompt_rng, self.select_gen),
+                 "torch_rng_per_rank": dist.gather_objects(torch.get_rng_state())}
+        weights = dist.full_state_dict(self.engine)  # None unless sharded
+        if dist.is_main:
+            start_checkpoint(self.run_dir, step)
+        dist.barrier()
+        dist.save_engine_state(staging_dir(self.run_dir, step) / "engine")
+        path = None
+        if dist.is_main:
+            path = finish_checkpoint(self.run_dir, step, self.model, self.tokenizer, state,
+                                     weights)
+        dist.barrier()
         while self.next_checkpoint <= self.clock.seconds:
             self.next_checkpoint += self.cfg.checkpoint_every
         return path
 
     def restore(self, checkpoint: Path) -> None:
+        state = torch.load(checkpoint / "state.pt", weights_only=False)
+        if self.dist.sharded:  # weights and optimizer from the ranks' shards
+            self.dist.load_engine_state(checkpoint / "engine")
+        else:
+            self._load_weights(checkpoint)
+            if state["optimizer"] is None:
+                raise ValueError(f"{checkpoint} was written under FSDP; resume it "
+                                 f"with the same accelerate config.")
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.step_count, self.clock.seconds = state["step"], state["clock"]
+        self.next_eval = state["next_eval"]
+        self.next_checkpoint = self.clock.seconds + self.cfg.checkpoint_every
+        restore_rng_states(state["rng"], self.prompt_rng, self.select_gen)
+        per_rank = state.get("torch_rng_per_rank", [])
+        if len(per_rank) == self.dist.world:  # dropout streams; others only matter for it
+            torch.set_rng_state(per_rank[self.dist.rank])
+
+    def _load_weights(self, checkpoint: Path) -> None:
         saved = load_saved_policy(checkpoint / "model", self.cfg.model, self.task,
                                   self.device, self.cfg.model_options())[0]
         missing = self.model.load_state_dict(saved.state_dict(), strict=False).missing_keys
         if any(p.requires_grad for n, p in self.model.named_parameters() if n in missing):
             raise ValueError(f"{checkpoint} does not match this run's model; resume it with "
                              f"the config it was trained with.")
-        state = torch.load(checkpoint / "state.pt", weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.step_count, self.clock.seconds = state["step"], state["clock"]
-        self.next_eval = state["next_eval"]
-        self.next_checkpoint = self.clock.seconds + self.cfg.checkpoint_every
-        restore_rng_states(state["rng"], self.prompt_rng, self.select_gen)
+
+
+def _silent(*args, **kwargs) -> None:
+    """The log of ranks other than 0."""
+
+
+def _write(metrics: MetricsWriter | None, record: dict) -> None:
+    if metrics is not None:
+        metrics.write(record)
 
 
 def train(config: TrainConfig, log=print) -> Path:
     """Train a new run into ``out_dir/run_name`` and return the run folder."""
+    if config.run_name:
+        _check_new(Path(config.out_dir) / config.run_name)
+    trainer = Trainer(config, Path(), log=log)  # model and data first: a failure writes nothing
     stamp = f"{datetime.now():%Y%m%d-%H%M%S}"
-    name = config.run_name or f"{stamp}-n{config.n}-m{config.m}-{config.rule}"
-    run_dir = Path(config.out_dir) / name
+    name = trainer.dist.broadcast_object(  # rank 0's clock names the run on every rank
+        config.run_name or f"{stamp}-n{config.n}-m{config.m}-{config.rule}")
+    trainer.run_dir = run_dir = Path(config.out_dir) / name
+    _check_new(run_dir)
+    trainer.dist.barrier()  # every rank has checked before rank 0 writes
+    if trainer.dist.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_yaml(config, run_dir / "config.yaml")
+    trainer.log(f"run folder: {run_dir}")
+    trainer.run()
+    return run_dir
+
+
+def _check_new(run_dir: Path) -> None:
     if (run_dir / "metrics.jsonl").exists():
         raise ValueError(f"run folder {run_dir} already holds a run; continue it with "
                          f"`pods train --resume {run_dir}` or pick another --run-name.")
-    trainer = Trainer(config, run_dir, log=log)  # model and data first: a failure writes nothing
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_yaml(config, run_dir / "config.yaml")
-    log(f"run folder: {run_dir}")
-    trainer.run()
-    return run_dir
 
 
 def train_or_resume(config: TrainConfig, log=print) -> Path:
@@ -239,9 +334,10 @@ def resume(run_dir: str | Path, overrides: dict | None = None, log=print) -> Pat
     config = from_dict({**load_yaml(run_dir / "config.yaml"), **(overrides or {})})
     trainer = Trainer(config, run_dir, log=log)
     trainer.restore(checkpoint)
-    save_yaml(config, run_dir / "config.yaml")  # only once the run can go on, as in train()
-    truncate_metrics(run_dir / "metrics.jsonl", trainer.step_count)
-    log(f"resuming {run_dir} from {checkpoint.name} (step {trainer.step_count}, "
+    if trainer.dist.is_main:  # only once the run can go on, as in train()
+        save_yaml(config, run_dir / "config.yaml")
+        truncate_metrics(run_dir / "metrics.jsonl", trainer.step_count)
+    trainer.log(f"resuming {run_dir} from {checkpoint.name} (step {trainer.step_count}, "
         f"{trainer.clock.seconds:.1f} training seconds)")
     trainer.run()
     return run_dir
@@ -250,13 +346,14 @@ def resume(run_dir: str | Path, overrides: dict | None = None, log=print) -> Pat
 class _Progress:
     """A tqdm bar over steps (with max_steps) or training seconds (with max_time only)."""
 
-    def __init__(self, cfg: TrainConfig, seconds: float, steps: int):
+    def __init__(self, cfg: TrainConfig, seconds: float, steps: int, enabled: bool = True):
         from tqdm.auto import tqdm
 
         self.by_steps = cfg.max_steps is not None
         total = cfg.max_steps if self.by_steps else cfg.max_time
         self.bar = tqdm(total=total, initial=steps if self.by_steps else round(seconds),
-                        disable=not cfg.progress, unit="step" if self.by_steps else "s",
+                        disable=not (cfg.progress and enabled),
+                        unit="step" if self.by_steps else "s",
                         dynamic_ncols=True, mininterval=1.0)  # ~1 redraw/s, short logs
 
     def update(self, record: dict, accuracy: float | None) -> None:

@@ -8,6 +8,7 @@ import sys
 import torch
 from torch import Tensor
 
+from pods.distributed import Dist
 from pods.loss import policy_loss
 from pods.policy import completion_logprobs
 from pods.rollout import Rollouts
@@ -40,37 +41,45 @@ def _reference_logprobs(model, ref_model, batch: Rollouts, parts: list[slice],
 
 
 def policy_update(model, ref_model, optimizer, batch: Rollouts, advantages: Tensor,
-                  cfg) -> dict[str, float]:
+                  cfg, dist: Dist | None = None) -> dict[str, float]:
     """``cfg.num_iterations`` optimizer steps on ``batch`` (B kept rollouts, advantages [B]),
-    each accumulating gradients over micro-batches. Returns the mean loss stats."""
+    each accumulating gradients over micro-batches. Returns the mean loss stats.
+
+    With ``dist`` (data parallel, W ranks), ``batch`` is this rank's share of the kept
+    rollouts and the engine averages the W gradients; each rank's loss is normalised by
+    the whole batch's normaliser / W, so the average is exactly the one-process loss."""
+    dist = dist or Dist(world=1)
+    base = dist.unwrap(model)  # no-grad passes and the LoRA switch skip the engine wrapper
     B = advantages.shape[0]
     parts = _micro_batches(B, cfg.micro_batch_size)
     mask = batch.completion_mask.float()  # [B, Lc]
-    normalizer = {"sequence": B, "token": mask.sum().clamp(min=1).item(),
-                  "constant": B * cfg.max_new_tokens}[cfg.loss_norm]
-    old = _frozen_logprobs(model, batch, parts, cfg.temperature) \
+    tokens = dist.reduce({"tokens": mask.sum().item()}, "sum")["tokens"]
+    normalizer = {"sequence": B * dist.world, "token": max(tokens, 1.0),
+                  "constant": B * dist.world * cfg.max_new_tokens}[cfg.loss_norm] / dist.world
+    old = _frozen_logprobs(base, batch, parts, cfg.temperature) \
         if cfg.num_iterations > 1 else None  # [B, Lc] the sampling policy, kept fixed
-    ref = _reference_logprobs(model, ref_model, batch, parts, cfg.temperature) \
+    ref = _reference_logprobs(base, ref_model, batch, parts, cfg.temperature) \
         if cfg.beta > 0 else None  # [B, Lc]
     totals: dict[str, float] = {}
     for _ in range(cfg.num_iterations):
         optimizer.zero_grad(set_to_none=True)
-        for part in parts:
-            logp = _logprobs(model, batch, part, cfg.temperature)  # [b, Lc]
-            loss, stats = policy_loss(
-                logp, None if old is None else old[part], advantages[part], mask[part],
-                eps=cfg.clip_eps, eps_high=cfg.clip_eps_high, beta=cfg.beta,
-                ref_logp=None if ref is None else ref[part], norm=cfg.loss_norm,
-                normalizer=normalizer)
-            loss.backward()
+        for i, part in enumerate(parts):
+            with dist.no_sync(model, last=i == len(parts) - 1):
+                logp = _logprobs(model, batch, part, cfg.temperature)  # [b, Lc]
+                loss, stats = policy_loss(
+                    logp, None if old is None else old[part], advantages[part], mask[part],
+                    eps=cfg.clip_eps, eps_high=cfg.clip_eps_high, beta=cfg.beta,
+                    ref_logp=None if ref is None else ref[part], norm=cfg.loss_norm,
+                    normalizer=normalizer)
+                dist.backward(loss)
             _add(totals, {"loss/loss": loss.item()}, 1.0)  # parts add up to the batch loss
             share = mask[part].sum().item() / max(mask.sum().item(), 1)  # token share
             _add(totals, stats.as_floats(), share)
         if cfg.max_grad_norm > 0:
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            norm = dist.clip_grad_norm(model, cfg.max_grad_norm)
             _add(totals, {"loss/grad_norm": norm.item()}, 1.0)
         optimizer.step()
-    return {k: v / cfg.num_iterations for k, v in totals.items()}
+    return dist.reduce({k: v / cfg.num_iterations for k, v in totals.items()}, "mean")
 
 
 def _add(totals: dict[str, float], values: dict[str, float], weight: float) -> None:
