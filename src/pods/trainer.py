@@ -11,8 +11,6 @@ fairly however often they are evaluated.
 
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -35,28 +33,11 @@ from pods.evaluation import evaluate
 from pods.grading import grading_stats
 from pods.metrics import MetricsWriter, truncate_metrics
 from pods.policy import load_policy, load_saved_policy
+from pods.progress import Clock, Progress, plot_curve
 from pods.prompts import drop_long_prompts, render_prompts
 from pods.rollout import generate, sample_keys
 from pods.tasks import get_task
 from pods.update import peak_memory_mb, policy_update
-
-
-class Clock:
-    """Training seconds, with the time of each phase of the current step."""
-
-    def __init__(self, seconds: float = 0.0):
-        self.seconds = seconds
-        self.phases: dict[str, float] = {}
-
-    @contextmanager
-    def phase(self, name: str):
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            spent = time.perf_counter() - start
-            self.phases[f"time/{name}"] = self.phases.get(f"time/{name}", 0.0) + spent
-            self.seconds += spent
 
 
 class Trainer:
@@ -122,15 +103,16 @@ class Trainer:
         problems = [self.train_set[i] for i in
                     self.prompt_rng.choice(len(self.train_set), size=P, replace=False)]
         mine = self.dist.shard(P)  # this rank's prompts: P_r = P / W of them
+        my_problems = problems[mine]
         with self.clock.phase("generate"):
-            texts, special = render_prompts(self.tokenizer, self.task, problems[mine])
+            texts, special = render_prompts(self.tokenizer, self.task, my_problems)
             keys = sample_keys(cfg.seed, self.step_count, torch.arange(P)[mine])  # [P_r]
             rollouts = generate(self.model, self.tokenizer, texts, n, cfg.temperature,
                                 cfg.max_new_tokens, cfg.gen_batch_size, special, keys,
                                 synced=self.dist.sharded)
         with self.clock.phase("reward"):
             failures = grading_stats().failures  # answers math-verify could not grade
-            local = torch.tensor([self.task.reward(text, problems[mine][i // n])
+            local = torch.tensor([self.task.reward(text, my_problems[i // n])
                                   for i, text in enumerate(rollouts.texts)]).view(-1, n)
             failures = grading_stats().failures - failures
         with self.clock.phase("select"):
@@ -167,7 +149,7 @@ class Trainer:
     def run(self) -> None:
         cfg, main = self.cfg, self.dist.is_main
         metrics = MetricsWriter(self.run_dir / "metrics.jsonl") if main else None
-        progress = _Progress(cfg, self.clock.seconds, self.step_count, enabled=main)
+        progress = Progress(cfg, self.clock.seconds, self.step_count, enabled=main)
         last: dict[str, float] = {}
         self.dist.on_sigterm()
         try:
@@ -197,7 +179,7 @@ class Trainer:
             progress.close()
             if main:
                 metrics.close()
-                _plot(self.run_dir, self.log)
+                plot_curve(self.run_dir, self.log)
 
     def _stopped(self, why: str) -> str:
         """What a rank of a distributed run says when the run stops early."""
@@ -341,39 +323,3 @@ def resume(run_dir: str | Path, overrides: dict | None = None, log=print) -> Pat
         f"{trainer.clock.seconds:.1f} training seconds)")
     trainer.run()
     return run_dir
-
-
-class _Progress:
-    """A tqdm bar over steps (with max_steps) or training seconds (with max_time only)."""
-
-    def __init__(self, cfg: TrainConfig, seconds: float, steps: int, enabled: bool = True):
-        from tqdm.auto import tqdm
-
-        self.by_steps = cfg.max_steps is not None
-        total = cfg.max_steps if self.by_steps else cfg.max_time
-        self.bar = tqdm(total=total, initial=steps if self.by_steps else round(seconds),
-                        disable=not (cfg.progress and enabled),
-                        unit="step" if self.by_steps else "s",
-                        dynamic_ncols=True, mininterval=1.0)  # ~1 redraw/s, short logs
-
-    def update(self, record: dict, accuracy: float | None) -> None:
-        if self.by_steps:
-            self.bar.update(1)
-        else:
-            self.bar.update(min(round(record["time"]), self.bar.total) - self.bar.n)
-        acc = "-" if accuracy is None else f"{100 * accuracy:.1f}%"
-        self.bar.set_postfix_str(f"step {record['step']} reward "
-                                 f"{record['rollout/reward_mean']:.3f} test {acc} "
-                                 f"train {record['time']:.0f}s")
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def _plot(run_dir: Path, log) -> None:
-    try:
-        from pods.plots import plot_run
-
-        plot_run(run_dir)
-    except Exception as error:  # a plot must never cost the run its checkpoint
-        log(f"could not draw the learning curve: {error}")
