@@ -69,7 +69,9 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path):
     pods(train_args(tiny_model_dir, tmp_path, "two", **fields), procs=2)
     assert_same_run(tmp_path / "one", tmp_path / "two", step=3)
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == \
-        ["checkpoints", "config.yaml", "curve.png", "metrics.jsonl"]  # rank 0 wrote once
+        ["checkpoints", "config.yaml", "curve.png", "metrics.jsonl"]
+    kinds = [r["kind"] for r in read_metrics(tmp_path / "two" / "metrics.jsonl")]
+    assert kinds == ["eval", "step", "step", "step", "eval", "done"]  # rank 0 wrote, once
 
 
 def test_distributed_resume_continues_the_run(tiny_model_dir, tmp_path):
