@@ -15,6 +15,8 @@ def test_readme_has_examples():
 
 @pytest.mark.parametrize("code", BLOCKS)
 def test_readme_example_runs(code):
+    if code.startswith("# Sketch:"):  # says what it needs that a test machine lacks
+        pytest.skip(code.splitlines()[0])
     namespace: dict = {}
     exec(compile(code, str(README), "exec"), namespace)
     if "idx" in namespace:  # the quick start's documented selection
