@@ -18,15 +18,22 @@ from pods.metrics import read_metrics
 from pods.trainer import Trainer
 
 WORKER = Path(__file__).parent / "distributed_worker.py"
+ACCELERATE_DDP = Path(__file__).parents[1] / "configs" / "accelerate" / "ddp.yaml"
 SAME = ("rollout/reward_mean", "select/reward_mean", "select/var_kept", "select/var_full",
         "select/zero_var_frac")
 
 
-def pods(args: list[str], procs: int, timeout: float = 240) -> subprocess.CompletedProcess:
-    """`pods ARGS` on one plain process, or under torchrun on ``procs`` processes."""
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                f"--nproc_per_node={procs}", str(WORKER), "--"] if procs > 1 else \
-        [sys.executable, str(WORKER)]
+def pods(args: list[str], procs: int, timeout: float = 240,
+         accelerate: bool = False) -> subprocess.CompletedProcess:
+    """`pods ARGS` on one plain process, or on ``procs`` processes under torchrun (or
+    accelerate launch with the shipped DDP config, on CPUs)."""
+    launcher = [sys.executable, str(WORKER)]
+    if accelerate:
+        launcher = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                    str(ACCELERATE_DDP), "--cpu", f"--num_processes={procs}", str(WORKER)]
+    elif procs > 1:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                    f"--nproc_per_node={procs}", str(WORKER), "--"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     done = subprocess.run(launcher + args, env=env, capture_output=True, text=True,
                           timeout=timeout)
@@ -72,6 +79,13 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path):
         ["checkpoints", "config.yaml", "curve.png", "metrics.jsonl"]
     kinds = [r["kind"] for r in read_metrics(tmp_path / "two" / "metrics.jsonl")]
     assert kinds == ["eval", "step", "step", "step", "eval", "done"]  # rank 0 wrote, once
+
+
+def test_accelerate_launch_runs_the_same(tiny_model_dir, tmp_path):
+    fields = dict(max_steps=2)
+    pods(train_args(tiny_model_dir, tmp_path, "one", **fields), procs=1)
+    pods(train_args(tiny_model_dir, tmp_path, "acc", **fields), procs=2, accelerate=True)
+    assert_same_run(tmp_path / "one", tmp_path / "acc", step=2)
 
 
 def test_distributed_resume_continues_the_run(tiny_model_dir, tmp_path):
