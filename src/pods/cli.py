@@ -7,7 +7,7 @@
     pods export runs/RUN out/model               standalone model folder (LoRA merged)
     pods compare configs/compare_embedded.yaml --out runs/compare
     pods plot runs/compare                       redraw figures and the table from saved runs
-    torchrun --nproc_per_node 4 -m pods train    the same run, data-parallel on 4 processes
+    torchrun --nproc_per_node 4 -m pods -- train the same run, data-parallel on 4 processes
 """
 
 from __future__ import annotations
