@@ -23,20 +23,26 @@ SAME = ("rollout/reward_mean", "select/reward_mean", "select/var_kept", "select/
         "select/zero_var_frac")
 
 
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+
+def launcher(procs: int, accelerate: bool = False) -> list[str]:
+    """The command before pods's arguments: one plain process, or ``procs`` processes
+    under torchrun (or accelerate launch with the shipped DDP config, on CPUs)."""
+    if accelerate:
+        return [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                str(ACCELERATE_DDP), "--cpu", f"--num_processes={procs}", str(WORKER)]
+    if procs > 1:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc_per_node={procs}", str(WORKER), "--"]
+    return [sys.executable, str(WORKER)]
+
+
 def pods(args: list[str], procs: int, timeout: float = 240,
          accelerate: bool = False) -> subprocess.CompletedProcess:
-    """`pods ARGS` on one plain process, or on ``procs`` processes under torchrun (or
-    accelerate launch with the shipped DDP config, on CPUs)."""
-    launcher = [sys.executable, str(WORKER)]
-    if accelerate:
-        launcher = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-                    str(ACCELERATE_DDP), "--cpu", f"--num_processes={procs}", str(WORKER)]
-    elif procs > 1:
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                    f"--nproc_per_node={procs}", str(WORKER), "--"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(launcher + args, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    """`pods ARGS`, launched as ``launcher`` says; it must succeed."""
+    done = subprocess.run(launcher(procs, accelerate) + args, env=ENV, capture_output=True,
+                          text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -103,8 +109,8 @@ def test_distributed_resume_continues_the_run(tiny_model_dir, tmp_path):
     assert_same_run(tmp_path / "one", tmp_path / "two", step=4)
 
 
-def _rank_pid(launcher: subprocess.Popen, rank: int) -> int | None:
-    children = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split()
+def _rank_pid(torchrun: subprocess.Popen, rank: int) -> int | None:
+    children = Path(f"/proc/{torchrun.pid}/task/{torchrun.pid}/children").read_text().split()
     for pid in children:
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -120,21 +126,18 @@ def test_a_dead_rank_stops_the_run_and_the_checkpoint_stays_loadable(tiny_model_
                                                                       tmp_path):
     args = train_args(tiny_model_dir, tmp_path, "run", max_steps=100000, max_time=1e9,
                       checkpoint_every=0.2)
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         str(WORKER), "--", *args], env={**os.environ, "HF_HUB_OFFLINE": "1",
-                                         "OMP_NUM_THREADS": "1"},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    torchrun = subprocess.Popen(launcher(2) + args, env=ENV, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.time() + 120
         while latest_checkpoint(tmp_path / "run") is None and time.time() < deadline:
-            assert launcher.poll() is None, launcher.stdout.read()[-3000:]
+            assert torchrun.poll() is None, torchrun.stdout.read()[-3000:]
             time.sleep(0.2)
-        os.kill(_rank_pid(launcher, 1), signal.SIGKILL)
-        output = launcher.communicate(timeout=90)[0]
+        os.kill(_rank_pid(torchrun, 1), signal.SIGKILL)
+        output = torchrun.communicate(timeout=90)[0]
     finally:
-        launcher.kill()
-    assert launcher.returncode != 0
+        torchrun.kill()
+    assert torchrun.returncode != 0
     assert "exitcode  : -9" in output and "rank      : 1" in output  # torchrun's report
     # Rank 0 says where the run stands, unless it was blocked in a collective when the
     # launcher stopped it.

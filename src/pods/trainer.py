@@ -126,7 +126,9 @@ class Trainer:
             losses = policy_update(self.engine, self.ref_model, self.optimizer, batch,
                                    advantages.flatten().to(self.device), cfg, self.dist)
         self.step_count += 1
-        self.clock.seconds = self.dist.reduce({"t": self.clock.seconds}, "max")["t"]
+        slowest = self.dist.reduce({"time": self.clock.seconds, **self.clock.phases,
+                                    **peak_memory_mb(self.device)}, "max")  # over ranks
+        self.clock.seconds = slowest.pop("time")
         shared = self.dist.reduce({
             "rollout/completion_len": rollouts.completion_mask.sum(1).float().mean().item(),
             "rollout/grading_failures": failures}, "sum")
@@ -140,9 +142,7 @@ class Trainer:
             "select/var_kept": kept.var(dim=1, correction=0).mean().item(),
             "select/zero_var_frac_full": (rewards.amax(1) == rewards.amin(1)).float().mean().item(),
             "select/zero_var_frac": (kept.amax(1) == kept.amin(1)).float().mean().item(),
-            **losses, **self.dist.reduce(self.clock.phases, "max"),  # the slowest rank's
-            "time/step": self.clock.seconds - step_start,
-            **self.dist.reduce(peak_memory_mb(self.device), "max"),
+            **losses, **slowest, "time/step": self.clock.seconds - step_start,
         }
 
     # ---- the run ----------------------------------------------------------------------

@@ -53,9 +53,11 @@ def policy_update(model, ref_model, optimizer, batch: Rollouts, advantages: Tens
     B = advantages.shape[0]
     parts = _micro_batches(B, cfg.micro_batch_size)
     mask = batch.completion_mask.float()  # [B, Lc]
-    tokens = dist.reduce({"tokens": mask.sum().item()}, "sum")["tokens"]
-    normalizer = {"sequence": B * dist.world, "token": max(tokens, 1.0),
-                  "constant": B * dist.world * cfg.max_new_tokens}[cfg.loss_norm] / dist.world
+    if cfg.loss_norm == "token":  # the whole batch's tokens, summed over the ranks
+        tokens = dist.reduce({"tokens": mask.sum().item()}, "sum")["tokens"]
+        normalizer = max(tokens, 1.0) / dist.world
+    else:  # per rank B = (P*m) / W sequences: the one-process normaliser / W already
+        normalizer = B * (cfg.max_new_tokens if cfg.loss_norm == "constant" else 1)
     old = _frozen_logprobs(base, batch, parts, cfg.temperature) \
         if cfg.num_iterations > 1 else None  # [B, Lc] the sampling policy, kept fixed
     ref = _reference_logprobs(base, ref_model, batch, parts, cfg.temperature) \
