@@ -1,7 +1,9 @@
-# Two commands for a fresh machine; each builds the virtual environment it needs.
+# Two commands for a fresh machine; each builds the virtual environments it needs.
 #   make run    the main job: `pods train`, the embedded default
-#   make test   lint + the test suite (what CI runs)
-# The venv is made once in .venv/ and rebuilt when pyproject.toml changes.
+#   make test   lint + the core test suite in .venv/, then the vLLM tests in .venv-vllm/
+#               (what CI runs)
+# .venv/ is made once and rebuilt when pyproject.toml changes; the pinned stacks that
+# cannot share it (vLLM's CPU build) are tox environments (tox.ini), also reused.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,7 +13,7 @@ PY := $(VENV)/bin/python
 # Override: make test TORCH_SPEC='torch==2.9.1'
 TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 
-.PHONY: run test bench lint clean
+.PHONY: run test bench lint clean vllm-env
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +31,12 @@ lint: $(VENV)/.installed
 	$(PY) -m ruff check src tests benchmarks
 
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not vllm"
+	$(VENV)/bin/tox -e vllm
+
+# .venv-vllm/: pods with vLLM's CPU build; its `pods` runs `--engine vllm`
+vllm-env: $(VENV)/.installed
+	$(VENV)/bin/tox -e vllm --notest
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) .venv-vllm .tox

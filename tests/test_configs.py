@@ -21,7 +21,7 @@ def test_configs_are_shipped():
 @pytest.mark.parametrize("path", TRAIN, ids=lambda p: p.name)
 def test_train_config_is_valid(path):
     cfg = from_dict(load_yaml(path))
-    assert cfg.eval_repeats == 5
+    assert cfg.eval_repeats == 5 and cfg.engine == "vllm"
     if "8gpu" in path.name:  # full fine-tuning, one prompt per GPU, 32 kept per GPU
         assert cfg.lora_rank == 0 and cfg.prompts_per_step % 8 == 0 and cfg.m == 32
         assert cfg.m // cfg.micro_batch_size == (4 if "pods" in path.name else 16)
@@ -46,3 +46,13 @@ def test_accelerate_config_is_one_pods_supports(path):
 def test_comparison_spec_is_valid(path):
     spec = load_spec(path)
     assert spec.baseline in spec.variants and len(spec.seeds) >= 3
+    if path.parent.name == "paper":  # the paper's experiments generate with vLLM
+        assert {spec.config(name, 0).engine for name in spec.variants} == {"vllm"}
+
+
+def test_every_paper_run_belongs_to_a_comparison():
+    """Each paper experiment runs through one `pods compare` command."""
+    named = {value for spec in SPECS for value in load_yaml(spec)["variants"].values()
+             if isinstance(value, str)}
+    runs = {p.name for p in TRAIN if p.parent.name == "paper"}
+    assert runs <= named

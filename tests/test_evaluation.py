@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from pods.evaluation import evaluate, scores, summarize
+from pods.rollout import HFEngine
 from pods.tasks import Problem
 
 
@@ -38,16 +39,17 @@ def test_evaluate_reports_sem_over_repeats(tiny_model_dir):
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    engine = HFEngine(model, tokenizer, chunk=64)
     problems = [Problem("1+2=", "3"), Problem("4+4=", "8"), Problem("5+1=", "6")]
-    result = evaluate(model, tokenizer, Exact(), problems, 1.0, 3, 64, repeats=4)
+    result = evaluate(engine, Exact(), problems, 1.0, 3, repeats=4)
     assert result["eval/repeats"] == 4 and result["eval/problems"] == 3
     for key in ("accuracy", "format_accuracy", "both_accuracy", "completion_len"):
         assert f"eval/{key}" in result and f"eval/{key}_sem" in result
-    single = evaluate(model, tokenizer, Exact(), problems, 0.0, 3, 64)
+    single = evaluate(engine, Exact(), problems, 0.0, 3)
     assert "eval/accuracy_sem" not in single
     # evaluation never moves the caller's RNG
     state = torch.get_rng_state()
-    evaluate(model, tokenizer, Exact(), problems, 1.0, 3, 64, repeats=2)
+    evaluate(engine, Exact(), problems, 1.0, 3, repeats=2)
     assert torch.equal(state, torch.get_rng_state())
 
 

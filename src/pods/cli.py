@@ -62,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's")
     p.add_argument("--data-dir", default=None, help="local data files (see README)")
     p.add_argument("--device", default="auto")
+    p.add_argument("--engine", default=None, choices=("auto", "hf", "vllm"),
+                   help="generation engine (default: the run's; auto for a model)")
     p.set_defaults(func=_eval)
 
     p = sub.add_parser("export", help="write a checkpoint as a standalone model folder "
@@ -100,7 +102,7 @@ def _eval(args: argparse.Namespace) -> int:
     result = evaluate_path(args.path, args.task, repeats=args.repeats,
                            temperature=args.eval_temperature, eval_size=args.eval_size,
                            max_new_tokens=args.max_new_tokens, data_dir=args.data_dir,
-                           device=args.device)
+                           device=args.device, engine=args.engine)
     print(json.dumps(result, indent=1))
     return 0
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from pods.config import FIELDS, TrainConfig, from_dict
+from pods.config import FIELDS, TrainConfig, from_dict, load_yaml
 from pods.metrics import read_metrics
 from pods.plots import plot_compare
 
@@ -114,12 +115,23 @@ def load_spec(path: str | Path) -> CompareSpec:
             raise ValueError(f"{path}: missing `{key}:`.")
     variants = data["variants"]
     if isinstance(variants, dict):  # `name:` with nothing under it means the defaults
-        variants = {str(k): {} if v is None else v for k, v in variants.items()}
+        variants = {str(k): _fields(v, path) for k, v in variants.items()}
     try:
         return CompareSpec(variants=variants or {}, seeds=_seeds(data["seeds"]),
-                           baseline=str(data["baseline"]), base=data.get("base") or {})
+                           baseline=str(data["baseline"]),
+                           base=_fields(data.get("base"), path))
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
+
+
+def _fields(value: Any, spec: Path) -> Any:
+    """A variant's or the base's fields: a mapping, nothing (the defaults), or the name of
+    a training config YAML file, relative to the spec's folder (configs/paper/ uses it)."""
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        return load_yaml(spec.parent / value)
+    return value
 
 
 def _seeds(value: Any) -> tuple[int, ...]:
@@ -142,25 +154,33 @@ def run_compare(spec: CompareSpec, out_dir: str | Path,
     after their own overrides; compare.yaml records the spec with them folded in.
     """
     out_dir = Path(out_dir)
+    main = int(os.environ.get("RANK", "0")) == 0  # under torchrun, rank 0 writes and reports
+    say = print if main else _quiet
     overrides = dict(overrides or {})
     _check_overrides("the command-line overrides", overrides)
     spec = CompareSpec(  # the same runs, with the overrides folded into base
         variants={n: {k: v for k, v in o.items() if k not in overrides}
                   for n, o in spec.variants.items()},
         seeds=spec.seeds, baseline=spec.baseline, base={**spec.base, **overrides})
-    _write_spec(spec, out_dir / "compare.yaml")
+    if main:
+        _write_spec(spec, out_dir / "compare.yaml")
     runs = [(seed, name, spec.config(name, seed, out_dir=str(out_dir / name),
                                      run_name=f"seed{seed}"))
             for seed in spec.seeds for name in spec.variants]  # all built before any training
     for i, (seed, name, config) in enumerate(runs, 1):
         run = f"{name}/seed{seed}"
         if is_finished(out_dir / name / f"seed{seed}"):
-            print(f"[{i}/{len(runs)}] {run}: already finished, skipped.")
+            say(f"[{i}/{len(runs)}] {run}: already finished, skipped.")
             continue
-        print(f"[{i}/{len(runs)}] {run}: training.")
+        say(f"[{i}/{len(runs)}] {run}: training.")
         train_fn(config)
-    summarize(out_dir)
+    if main:
+        summarize(out_dir)
     return out_dir
+
+
+def _quiet(*args, **kwargs) -> None:
+    """What ranks other than 0 print."""
 
 
 def _write_spec(spec: CompareSpec, path: Path) -> None:

@@ -21,6 +21,7 @@ from pods.advantages import SCALES
 from pods.downsample import RULES
 from pods.loss import NORMS
 from pods.policy import DTYPES
+from pods.rollout import ENGINES
 
 
 def _f(default: Any, help: str) -> Any:
@@ -80,7 +81,17 @@ class TrainConfig:
     # generation
     temperature: float = _f(1.0, "Sampling temperature of the rollouts.")
     max_new_tokens: int = _f(8, "Completion length limit in tokens.")
-    gen_batch_size: int = _f(512, "Most sequences per generate() call (chunking).")
+    gen_batch_size: int = _f(512, "Most sequences generated at once (hf: per generate() "
+                             "call; vllm: max_num_seqs).")
+    engine: str = _f("auto", "Generation engine for training and evaluation: hf "
+                     "(transformers generate on the trainer's module), vllm (vLLM in this "
+                     "process, weights synced after every step), or auto (vllm where it is "
+                     "installed and the device is a GPU, else hf).")
+    vllm_gpu_memory_utilization: float = _f(0.3, "vllm engine on a GPU: the fraction of GPU "
+                                            "memory vLLM takes (weights + KV cache); the "
+                                            "rest is the trainer's.")
+    vllm_sleep: bool = _f(False, "vllm engine on a GPU: release vLLM's memory during each "
+                          "update (sleep mode) and restore it for the next generation.")
     # budget, evaluation, checkpoints
     max_steps: int | None = _f(None, "Stop after this many optimizer steps (None: no limit).")
     max_time: float | None = _f(90.0, "Stop after this many training seconds (None: no limit).")
@@ -119,6 +130,14 @@ class TrainConfig:
                             lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
                             lora_target_modules=self.lora_target_modules,
                             gradient_checkpointing=self.gradient_checkpointing)
+
+    def engine_options(self):
+        from pods.rollout import EngineOptions
+
+        return EngineOptions(engine=self.engine, gen_batch_size=self.gen_batch_size,
+                             max_model_len=self.max_prompt_tokens + self.max_new_tokens,
+                             vllm_gpu_memory_utilization=self.vllm_gpu_memory_utilization,
+                             vllm_sleep=self.vllm_sleep, seed=self.seed)
 
     def task_options(self):
         from pods.tasks import TaskOptions
@@ -171,6 +190,11 @@ def _problems(c: TrainConfig):
               "must be >= 0."
     if not (0 <= c.adam_beta1 < 1 and 0 <= c.adam_beta2 < 1):
         yield "adam_beta1 and adam_beta2 must be in [0, 1)."
+    if c.engine not in ENGINES:
+        yield f"unknown engine {c.engine!r}; use one of {', '.join(ENGINES)}."
+    if not 0 < c.vllm_gpu_memory_utilization <= 1:
+        yield f"vllm_gpu_memory_utilization={c.vllm_gpu_memory_utilization} must be in " \
+              f"(0, 1]: the fraction of GPU memory vLLM may take."
     if c.dtype not in DTYPES:
         yield f"unknown dtype {c.dtype!r}; use one of {', '.join(DTYPES)}."
     if c.lora_rank < 0 or c.lora_alpha <= 0 or not 0 <= c.lora_dropout < 1:

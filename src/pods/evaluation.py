@@ -15,14 +15,15 @@ import torch
 
 from pods.distributed import Dist
 from pods.prompts import render_prompts
-from pods.rollout import generate, sample_keys
+from pods.rollout import Engine, sample_keys
 from pods.tasks import Problem
 
 
-def evaluate(model, tokenizer, task, problems: list[Problem], temperature: float,
-             max_new_tokens: int, chunk: int, seed: int = 0, repeats: int = 1,
+def evaluate(engine: Engine, task, problems: list[Problem], temperature: float,
+             max_new_tokens: int, seed: int = 0, repeats: int = 1,
              dist: Dist | None = None) -> dict[str, float]:
-    """Metrics over ``repeats`` samplings of ``problems`` (mean and SEM over repeats).
+    """Metrics over ``repeats`` samplings of ``problems`` (mean and SEM over repeats), with
+    the rollouts from ``engine`` (pods.rollout: the training run's own engine).
 
     Sampling is keyed by (seed, problem index) (see pods.rollout), so the result does not
     depend on batching, never touches the training run's random stream, and is the same
@@ -32,13 +33,10 @@ def evaluate(model, tokenizer, task, problems: list[Problem], temperature: float
     per = -(-T // dist.world)  # problems per rank; the last rank's are padded by repeats
     indices = [min(dist.rank * per + i, T - 1) for i in range(per)] if T else []
     local = [problems[i] for i in indices]
-    was_training = model.training
-    model.eval()
-    texts, special = render_prompts(tokenizer, task, local)
-    out = generate(model, tokenizer, texts, repeats, temperature, max_new_tokens, chunk,
-                   add_special_tokens=special, keys=sample_keys(seed, torch.tensor(indices)),
-                   synced=dist.sharded)
-    model.train(was_training)  # row i*repeats + r: problem i, repeat r
+    texts, special = render_prompts(engine.tokenizer, task, local)
+    out = engine.generate(texts, repeats, temperature, max_new_tokens,
+                          sample_keys(seed, torch.tensor(indices)), special)
+    # row i*repeats + r: problem i, repeat r
     names, values = scores(task, local, out.texts, out.completion_mask, repeats)
     values = dist.gather(values)[:T]  # [T, repeats, metrics] in problem order
     return {**summarize(names, values), "eval/problems": T, "eval/repeats": repeats}
@@ -86,13 +84,14 @@ def _correct(task, completion: str, problem: Problem) -> bool:
 def evaluate_path(path: str, tasks: list[str] | None = None, repeats: int = 5,
                   temperature: float = 0.9, eval_size: int | None = None,
                   max_new_tokens: int | None = None, data_dir: str | None = None,
-                  device: str = "auto") -> dict[str, dict]:
+                  device: str = "auto", engine: str | None = None) -> dict[str, dict]:
     """`pods eval`: a run folder's newest checkpoint, a checkpoint folder, or a model (hub id
     or folder) on one or more tasks' test sets. Returns {task: metrics}."""
     from pods.checkpoint import checkpoint_and_config, latest_checkpoint
     from pods.config import TrainConfig
     from pods.policy import load_saved_policy, resolve_device
     from pods.prompts import drop_long_prompts
+    from pods.rollout import make_engine, resolve_engine
     from pods.tasks import get_task
 
     if repeats < 1 or temperature < 0:
@@ -106,20 +105,22 @@ def evaluate_path(path: str, tasks: list[str] | None = None, repeats: int = 5,
                              f"model, name the test sets with --task (e.g. --task gsm8k).")
         cfg = TrainConfig(model=path, task=tasks[0])
         source = Path(path)
-    overrides = {k: v for k, v in dict(data_dir=data_dir, max_new_tokens=max_new_tokens)
-                 .items() if v is not None}
+    overrides = {k: v for k, v in dict(data_dir=data_dir, max_new_tokens=max_new_tokens,
+                                       engine=engine).items() if v is not None}
     cfg = cfg.replace(**overrides)
+    on = resolve_device(device)
+    resolve_engine(cfg.engine_options(), on)  # an unusable engine fails before loading
     results: dict[str, dict] = {}
-    model = tokenizer = None
+    generator = None
     for name in tasks or [cfg.task]:
         task = get_task(name, cfg.replace(task=name).task_options())
-        if model is None:
-            model, tokenizer = load_saved_policy(source, cfg.model, task,
-                                                 resolve_device(device), cfg.model_options())
-        problems, dropped = drop_long_prompts(tokenizer, task, task.test(),
+        if generator is None:
+            model, tokenizer = load_saved_policy(source, cfg.model, task, on,
+                                                 cfg.model_options())
+            generator = make_engine(cfg.engine_options(), model, tokenizer, on)
+        problems, dropped = drop_long_prompts(generator.tokenizer, task, task.test(),
                                               cfg.max_prompt_tokens)
-        result = evaluate(model, tokenizer, task, problems[:eval_size], temperature,
-                          cfg.max_new_tokens, cfg.gen_batch_size, seed=cfg.seed,
-                          repeats=repeats)
+        result = evaluate(generator, task, problems[:eval_size], temperature,
+                          cfg.max_new_tokens, seed=cfg.seed, repeats=repeats)
         results[name] = {**result, "eval/dropped_long_prompts": dropped}
     return {"model": str(source), **results}

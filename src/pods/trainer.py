@@ -35,7 +35,7 @@ from pods.metrics import MetricsWriter, truncate_metrics
 from pods.policy import load_policy, load_saved_policy
 from pods.progress import Clock, Progress, plot_curve
 from pods.prompts import drop_long_prompts, render_prompts
-from pods.rollout import generate, sample_keys
+from pods.rollout import make_engine, resolve_engine, sample_keys
 from pods.tasks import get_task
 from pods.update import peak_memory_mb, policy_update
 
@@ -56,6 +56,7 @@ class Trainer:
         self.device = self.dist.device
         torch.manual_seed(config.seed)
         options = config.model_options()
+        resolve_engine(config.engine_options(), self.device, self.dist.sharded)  # fail early
         with self.dist.main_first():  # rank 0 fills download and warm-up caches first
             self.task = get_task(config.task, config.task_options())
             self.model, self.tokenizer = load_policy(config.model, self.task, self.device,
@@ -69,10 +70,12 @@ class Trainer:
         optimizer = torch.optim.AdamW(trainable, lr=config.lr,
                                       betas=(config.adam_beta1, config.adam_beta2),
                                       weight_decay=config.weight_decay)
-        # engine: the model as the engine wraps it (DDP, FSDP) for the training passes;
+        # wrapped: the model as accelerate wraps it (DDP, FSDP) for the training passes;
         # self.model stays the plain module for generation, evaluation and saving.
-        self.engine, self.optimizer = self.dist.prepare(self.model, optimizer)
-        self.model = self.dist.unwrap(self.engine)
+        self.wrapped, self.optimizer = self.dist.prepare(self.model, optimizer)
+        self.model = self.dist.unwrap(self.wrapped)
+        self.rollout = make_engine(config.engine_options(), self.model, self.tokenizer,
+                                   self.device, self.dist.world, self.dist.sharded)
         self.train_set, self.test_set, self.dropped = self._datasets()
         self.prompt_rng = np.random.default_rng(config.seed)
         self.select_gen = torch.Generator().manual_seed(config.seed)
@@ -107,9 +110,8 @@ class Trainer:
         with self.clock.phase("generate"):
             texts, special = render_prompts(self.tokenizer, self.task, my_problems)
             keys = sample_keys(cfg.seed, self.step_count, torch.arange(P)[mine])  # [P_r]
-            rollouts = generate(self.model, self.tokenizer, texts, n, cfg.temperature,
-                                cfg.max_new_tokens, cfg.gen_batch_size, special, keys,
-                                synced=self.dist.sharded)
+            rollouts = self.rollout.generate(texts, n, cfg.temperature, cfg.max_new_tokens,
+                                             keys, special)
         with self.clock.phase("reward"):
             failures = grading_stats().failures  # answers math-verify could not grade
             local = torch.tensor([self.task.reward(text, my_problems[i // n])
@@ -122,9 +124,11 @@ class Trainer:
             advantages = group_advantages(kept, scale=cfg.adv_scale)[mine]  # [P_r, m]
             rows = (torch.arange(local.shape[0]).unsqueeze(1) * n + idx[mine]).flatten()
             batch = rollouts.select(rows)  # [P_r*m] of this rank's P_r*n
-        with self.clock.phase("update"):
-            losses = policy_update(self.engine, self.ref_model, self.optimizer, batch,
+        with self.clock.phase("update"), self.rollout.asleep():
+            losses = policy_update(self.wrapped, self.ref_model, self.optimizer, batch,
                                    advantages.flatten().to(self.device), cfg, self.dist)
+        with self.clock.phase("sync"):  # the engine samples the next step from new weights
+            self.rollout.sync_weights(self.model)
         self.step_count += 1
         slowest = self.dist.reduce({"time": self.clock.seconds, **self.clock.phases,
                                     **peak_memory_mb(self.device)}, "max")  # over ranks
@@ -198,9 +202,9 @@ class Trainer:
     def evaluate(self, metrics: MetricsWriter | None) -> dict[str, float]:
         """Test metrics; every rank evaluates its share of the test set."""
         cfg = self.cfg
-        result = evaluate(self.model, self.tokenizer, self.task, self.test_set,
-                          cfg.eval_temperature, cfg.max_new_tokens, cfg.gen_batch_size,
-                          seed=cfg.seed, repeats=cfg.eval_repeats, dist=self.dist)
+        result = evaluate(self.rollout, self.task, self.test_set, cfg.eval_temperature,
+                          cfg.max_new_tokens, seed=cfg.seed, repeats=cfg.eval_repeats,
+                          dist=self.dist)
         _write(metrics, {"kind": "eval", "step": self.step_count, "time": self.clock.seconds,
                          **result, **self.dropped})
         while self.next_eval <= self.clock.seconds:
@@ -214,7 +218,7 @@ class Trainer:
                  "step": step, "clock": self.clock.seconds, "next_eval": self.next_eval,
                  "rng": rng_states(self.prompt_rng, self.select_gen),
                  "torch_rng_per_rank": dist.gather_objects(torch.get_rng_state())}
-        weights = dist.full_state_dict(self.engine)  # None unless sharded
+        weights = dist.full_state_dict(self.wrapped)  # None unless sharded
         if dist.is_main:
             start_checkpoint(self.run_dir, step)
         dist.barrier()
@@ -241,6 +245,7 @@ class Trainer:
         self.step_count, self.clock.seconds = state["step"], state["clock"]
         self.next_eval = state["next_eval"]
         self.next_checkpoint = self.clock.seconds + self.cfg.checkpoint_every
+        self.rollout.sync_weights(self.model)  # the engine generates from the restored weights
         restore_rng_states(state["rng"], self.prompt_rng, self.select_gen)
         per_rank = state.get("torch_rng_per_rank", [])
         if len(per_rank) == self.dist.world:  # dropout streams; others only matter for it

@@ -43,7 +43,10 @@ def _reference_logprobs(model, ref_model, batch: Rollouts, parts: list[slice],
 def policy_update(model, ref_model, optimizer, batch: Rollouts, advantages: Tensor,
                   cfg, dist: Dist | None = None) -> dict[str, float]:
     """``cfg.num_iterations`` optimizer steps on ``batch`` (B kept rollouts, advantages [B]),
-    each accumulating gradients over micro-batches. Returns the mean loss stats.
+    each accumulating gradients over micro-batches. Returns the mean loss stats, and
+    ``rollout/logprob_gap`` where the engine returned its sampled log-probs: the mean
+    absolute difference per kept token between them and the trainer's recomputation
+    (the engine/trainer mismatch; taken from the first pass, before any optimizer step).
 
     With ``dist`` (data parallel, W ranks), ``batch`` is this rank's share of the kept
     rollouts and the engine averages the W gradients; each rank's loss is normalised by
@@ -63,11 +66,15 @@ def policy_update(model, ref_model, optimizer, batch: Rollouts, advantages: Tens
     ref = _reference_logprobs(base, ref_model, batch, parts, cfg.temperature) \
         if cfg.beta > 0 else None  # [B, Lc]
     totals: dict[str, float] = {}
-    for _ in range(cfg.num_iterations):
+    gap = 0.0  # summed |engine log-prob - recomputed log-prob| over the kept tokens
+    for iteration in range(cfg.num_iterations):
         optimizer.zero_grad(set_to_none=True)
         for i, part in enumerate(parts):
             with dist.no_sync(model, last=i == len(parts) - 1):
                 logp = _logprobs(model, batch, part, cfg.temperature)  # [b, Lc]
+                if iteration == 0 and batch.logprobs is not None:  # still the sampling policy
+                    gap += ((logp.detach() - batch.logprobs[part].to(logp.device)).abs()
+                            * mask[part]).sum().item()
                 loss, stats = policy_loss(
                     logp, None if old is None else old[part], advantages[part], mask[part],
                     eps=cfg.clip_eps, eps_high=cfg.clip_eps_high, beta=cfg.beta,
@@ -81,7 +88,11 @@ def policy_update(model, ref_model, optimizer, batch: Rollouts, advantages: Tens
             norm = dist.clip_grad_norm(model, cfg.max_grad_norm)
             _add(totals, {"loss/grad_norm": norm.item()}, 1.0)
         optimizer.step()
-    return dist.reduce({k: v / cfg.num_iterations for k, v in totals.items()}, "mean")
+    stats = dist.reduce({k: v / cfg.num_iterations for k, v in totals.items()}, "mean")
+    if batch.logprobs is not None:
+        summed = dist.reduce({"gap": gap, "tokens": mask.sum().item()}, "sum")
+        stats["rollout/logprob_gap"] = summed["gap"] / max(summed["tokens"], 1.0)
+    return stats
 
 
 def _add(totals: dict[str, float], values: dict[str, float], weight: float) -> None:

@@ -231,3 +231,24 @@ def test_two_processes_keep_their_own_groups(tiny_model_dir, tmp_path):
         assert [len(b["completion_ids"]) for b in rec["full"]] == [16, 16]
         assert [len(b["completion_ids"]) for b in rec["loss"]] == [4, 4, 4, 4]
     check_contract(ranks, n=8, m=4)
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("procs", [1, 2])
+def test_vllm_colocate_mode_keeps_the_contract(vllm_model_dir, tmp_path, procs):
+    """TRL's own vLLM colocate mode generates (vLLM's CPU build, an engine per process);
+    still only the m kept of each group's n reach the loss, with advantages over them."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT / "src"),
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node", str(procs), str(HERE / "trl_contract.py"),
+               "--model", vllm_model_dir, "--out", str(tmp_path), "--vllm-colocate"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(procs)]
+    for rec in ranks:
+        assert [len(b["completion_ids"]) for b in rec["full"]] == [16, 16]  # 2 x n=8
+        assert [len(b["completion_ids"]) for b in rec["loss"]] == [4, 4, 4, 4]  # kept
+        assert rec["changed"]
+    check_contract(ranks, n=8, m=4)

@@ -46,9 +46,9 @@ def _rows(batch: dict) -> dict:
 
 def run(model_dir: str, out_dir: str, *, n: int = 8, m: int = 4, per_device: int = 4,
         grad_accum: int = 2, steps: int = 2, rule="max_variance", scale: str = "group",
-        reward_weights: list[float] | None = None) -> dict:
+        reward_weights: list[float] | None = None, **config) -> dict:
     """Train ``steps`` optimizer steps; return (and write to out_dir/rank{R}.json) the
-    records of this process."""
+    records of this process. ``config``: more PODSGRPOConfig fields (e.g. use_vllm)."""
     records = {"full": [], "gathered": [], "local_rewards": [], "kept": [], "loss": []}
     funcs = [starts_low] if reward_weights is None else [starts_low, is_short]
 
@@ -87,7 +87,7 @@ def run(model_dir: str, out_dir: str, *, n: int = 8, m: int = 4, per_device: int
         per_device_train_batch_size=per_device, gradient_accumulation_steps=grad_accum,
         max_steps=steps, max_completion_length=4, learning_rate=1e-2, scale_rewards=scale,
         reward_weights=reward_weights, logging_steps=1, report_to="none", use_cpu=True,
-        save_strategy="no", seed=0, disable_tqdm=True, bf16=False)
+        save_strategy="no", seed=0, disable_tqdm=True, bf16=False, **config)
     dataset = Dataset.from_dict({"prompt": PROMPTS})
     trainer = Recorder(model=model_dir, reward_funcs=[recorded(f) for f in funcs], args=args,
                        train_dataset=dataset)
@@ -109,10 +109,33 @@ def run(model_dir: str, out_dir: str, *, n: int = 8, m: int = 4, per_device: int
     return records
 
 
+def _sync_through_reload_weights() -> None:
+    """TRL 1.16's colocate sync calls the vLLM model's ``load_weights`` one parameter at a
+    time; on vLLM's CPU build that fails ("'Parameter' object has no attribute
+    'weight_loader'"): the CPU backend repacks linear weights after loading into new
+    Parameters without a loader. vLLM's own in-place reload (``reload_weights``, what
+    pods.rollout.vllm uses) re-initialises the layers first; send TRL's weights through it."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    def sync_weights(self):
+        weights = list(self._iter_named_params())  # TRL's names, fixed for vLLM
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+        self.llm.reset_prefix_cache()
+
+    VLLMGeneration.sync_weights = sync_weights
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--per-device", type=int, default=4)
+    parser.add_argument("--vllm-colocate", action="store_true",
+                        help="generate with TRL's vLLM colocate mode")
     cli = parser.parse_args()
-    run(cli.model, cli.out, per_device=cli.per_device)
+    vllm = {}
+    if cli.vllm_colocate:
+        vllm = dict(use_vllm=True, vllm_mode="colocate", vllm_max_model_length=64,
+                    vllm_gpu_memory_utilization=0.3)
+        _sync_through_reload_weights()
+    run(cli.model, cli.out, per_device=cli.per_device, **vllm)

@@ -1,0 +1,87 @@
+"""What every engine returns, and the interface the trainer and evaluation call.
+
+Row p*n + j of every tensor is rollout j of prompt p (P prompts, n rollouts each).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class Rollouts:
+    prompt_ids: Tensor  # [B, Lp] left-padded
+    prompt_mask: Tensor  # [B, Lp]
+    completion_ids: Tensor  # [B, Lc] right-padded
+    completion_mask: Tensor  # [B, Lc] 1 up to and including the first eos
+    texts: list[str]  # [B] decoded completions, special tokens removed
+    logprobs: Tensor | None = None  # [B, Lc] the engine's log-probs of the sampled tokens
+
+    def select(self, rows: Tensor) -> Rollouts:
+        """The rollouts at ``rows`` [K], trimmed to their longest completion."""
+        mask = self.completion_mask[rows]
+        width = max(int(mask.sum(1).max()), 1) if len(rows) else 1
+        logprobs = None if self.logprobs is None else self.logprobs[rows, :width]
+        return Rollouts(self.prompt_ids[rows], self.prompt_mask[rows],
+                        self.completion_ids[rows, :width], mask[:, :width],
+                        [self.texts[i] for i in rows.tolist()], logprobs)
+
+
+def completion_mask(ids: Tensor, eos_id: int) -> Tensor:
+    """[B, L] 1 for tokens up to and including the first eos, 0 after."""
+    is_eos = (ids == eos_id).long()  # [B, L]
+    return ((is_eos.cumsum(1) - is_eos) == 0).long()
+
+
+def encode_prompts(tokenizer, prompts: list[str], n: int, add_special_tokens: bool,
+                   device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+    """Left-padded prompt ids and mask, each prompt repeated n times: [P*n, Lp] twice."""
+    enc = tokenizer(prompts, return_tensors="pt", padding=True,
+                    add_special_tokens=add_special_tokens)
+    return (enc["input_ids"].repeat_interleave(n, dim=0).to(device),
+            enc["attention_mask"].repeat_interleave(n, dim=0).to(device))
+
+
+def finish(tokenizer, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
+           logprobs: Tensor | None = None) -> Rollouts:
+    """Rollouts from right-padded completions [B, Lc]: eos mask, decoded texts."""
+    mask = completion_mask(completion_ids, tokenizer.eos_token_id)
+    texts = tokenizer.batch_decode(completion_ids * mask + tokenizer.pad_token_id * (1 - mask),
+                                   skip_special_tokens=True)
+    if logprobs is not None:
+        logprobs = logprobs * mask
+    return Rollouts(prompt_ids, prompt_mask, completion_ids, mask, texts, logprobs)
+
+
+class Engine(Protocol):
+    """Generates rollouts for the trainer and evaluation; ``pods.rollout.make_engine``."""
+
+    name: str
+    tokenizer: object
+
+    def generate(self, prompts: list[str], n: int, temperature: float, max_new_tokens: int,
+                 keys: Tensor, add_special_tokens: bool = True) -> Rollouts:
+        """n rollouts of each of the P ``prompts``, sampled from softmax(logits / T)
+        (temperature 0: greedy); ``keys`` [P] int64 name each prompt's random stream
+        (``pods.rollout.sample_keys``)."""
+
+    def sync_weights(self, model) -> None:
+        """Take the trainer's current weights (after an optimizer step or a restore)."""
+
+    def asleep(self):
+        """A context around the update in which the engine holds no accelerator memory."""
+
+
+class ModelOwnedEngine:
+    """Base of engines that sample from the trainer's own module: nothing to sync."""
+
+    def sync_weights(self, model) -> None:
+        pass
+
+    def asleep(self):
+        return nullcontext()

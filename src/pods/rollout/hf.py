@@ -1,0 +1,66 @@
+"""The hf engine: transformers' ``generate`` (KV cache) on the trainer's own module, all
+P*n sequences batched and chunked by ``gen_batch_size``. Runs wherever the trainer runs;
+the sampler is ``KeyedSampler`` (pods.rollout.sampling)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from pods.rollout.base import ModelOwnedEngine, Rollouts, encode_prompts, finish
+from pods.rollout.sampling import KeyedSampler, rollout_keys
+
+
+class HFEngine(ModelOwnedEngine):
+    """Samples from ``model`` itself (in eval mode), so it never needs a weight sync.
+    ``synced``: under FSDP every forward pass is a collective (see ``generate``)."""
+
+    name = "hf"
+
+    def __init__(self, model, tokenizer, chunk: int, synced: bool = False):
+        self.model, self.tokenizer, self.chunk, self.synced = model, tokenizer, chunk, synced
+
+    def generate(self, prompts: list[str], n: int, temperature: float, max_new_tokens: int,
+                 keys: Tensor, add_special_tokens: bool = True) -> Rollouts:
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return generate(self.model, self.tokenizer, prompts, n, temperature,
+                            max_new_tokens, self.chunk, add_special_tokens, keys, self.synced)
+        finally:
+            self.model.train(was_training)
+
+
+@torch.no_grad()
+def generate(model, tokenizer, prompts: list[str], n: int, temperature: float,
+             max_new_tokens: int, chunk: int, add_special_tokens: bool = True,
+             keys: Tensor | None = None, synced: bool = False) -> Rollouts:
+    """n completions of each prompt; temperature 0 decodes greedily. ``add_special_tokens``
+    is False for prompts rendered by a chat template (see pods.prompts). ``keys`` [P] int64
+    names each prompt's random stream (see ``sample_keys``); None draws them from torch's
+    global RNG. ``synced``: under FSDP every forward pass is a collective, so all ranks keep
+    stepping until the last one is done (all must pass as many rows)."""
+    device = next(model.parameters()).device
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, n, add_special_tokens,
+                                             device)  # [P*n, Lp] each
+    if keys is None:
+        keys = torch.randint(0, 2**31, (len(prompts),))
+    row_keys = rollout_keys(keys, n)  # [P*n]
+    pieces = []
+    for start in range(0, prompt_ids.shape[0], chunk):
+        part = slice(start, start + chunk)
+        # Greedy over the keyed sampler's scores is sampling from softmax(logits / T): no
+        # top-k/top-p/repetition penalty (a model's generation_config may set them), or the
+        # log-probs of the update would not be those of the sampling policy.
+        processors = [KeyedSampler(row_keys[part], temperature)] if temperature > 0 else []
+        out = model.generate(input_ids=prompt_ids[part], attention_mask=prompt_mask[part],
+                             max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                             eos_token_id=tokenizer.eos_token_id, do_sample=False,
+                             repetition_penalty=1.0, logits_processor=processors,
+                             synced_gpus=synced)
+        pieces.append(out[:, prompt_ids.shape[1] :])
+    width = max(p.shape[1] for p in pieces)
+    completion_ids = torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1]),
+                                                        value=tokenizer.pad_token_id)
+                                for p in pieces])  # [P*n, Lc]
+    return finish(tokenizer, prompt_ids, prompt_mask, completion_ids)

@@ -1,0 +1,62 @@
+"""Counter-based random streams: a rollout's randomness is a function of its key alone.
+
+A prompt's key is a hash of (seed, step, prompt index); rollout j of that prompt gets the
+key hash(prompt key, j). An engine draws every random number of a rollout from its key, so
+a rollout never depends on which other rows share its batch, how generation is chunked, or
+which rank of a data-parallel run made it: the same seed gives the same rollouts on 1
+process or on 8. (Each engine has its own sampler, so hf and vllm give different, equally
+distributed rollouts for the same key.)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+_M32 = 0xFFFFFFFF
+
+
+def mix32(x: Tensor) -> Tensor:
+    """A bijective 32-bit integer hash (Wellons' lowbias32) on int64 tensors holding
+    uint32 values; products wrap in int64 and only their low 32 bits are kept."""
+    x = x & _M32
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _M32
+    x = x ^ (x >> 15)
+    x = (x * 0x846CA68B) & _M32
+    return x ^ (x >> 16)
+
+
+def sample_keys(*parts: int | Tensor) -> Tensor:
+    """A key per element from integers (e.g. seed, step, prompt index): int64 [..]."""
+    key = torch.zeros((), dtype=torch.long)
+    for part in parts:
+        key = mix32(key ^ mix32(torch.as_tensor(part, dtype=torch.long) + 0x9E3779B9))
+    return key
+
+
+def rollout_keys(keys: Tensor, n: int) -> Tensor:
+    """[P] prompt keys -> [P*n] rollout keys, row p*n + j for rollout j of prompt p."""
+    P = keys.shape[0]
+    return mix32(keys.repeat_interleave(n) ^ mix32(torch.arange(n).repeat(P)))
+
+
+class KeyedSampler:
+    """A logits processor that samples the next token from softmax(scores / temperature)
+    by inverse CDF, with a uniform that is a hash of the row's key and the position; it
+    returns scores that are 0 at the drawn token and -inf elsewhere, so that greedy
+    decoding takes exactly that token. row_keys [B] int64; scores [B, V]."""
+
+    def __init__(self, row_keys: Tensor, temperature: float):
+        self.row_keys, self.temperature = row_keys, temperature
+        self.prompt_width: int | None = None  # padding differs by batch: count from here
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        if self.prompt_width is None:
+            self.prompt_width = input_ids.shape[1]
+        position = torch.tensor(input_ids.shape[1] - self.prompt_width, device=scores.device)
+        bits = mix32(self.row_keys.to(scores.device) ^ mix32(position)) >> 8  # [B] 24 bits
+        cdf = torch.softmax(scores.float() / self.temperature, dim=-1).cumsum(-1)  # [B, V]
+        uniform = (bits.float() + 0.5) / 2**24 * cdf[:, -1]  # [B] in (0, total mass)
+        token = torch.searchsorted(cdf, uniform.unsqueeze(1)).clamp(max=scores.shape[1] - 1)
+        return torch.full_like(scores, float("-inf")).scatter_(1, token, 0.0)  # [B, V]

