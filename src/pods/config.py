@@ -87,9 +87,10 @@ class TrainConfig:
                      "(transformers generate on the trainer's module), vllm (vLLM in this "
                      "process, weights synced after every step), or auto (vllm where it is "
                      "installed and the device is a GPU, else hf).")
-    vllm_gpu_memory_utilization: float = _f(0.3, "vllm engine on a GPU: the fraction of GPU "
-                                            "memory vLLM takes (weights + KV cache); the "
-                                            "rest is the trainer's.")
+    vllm_gpu_memory_utilization: float = _f(0.3, "vllm engine: the fraction of GPU memory "
+                                            "vLLM takes (weights + KV cache; the rest is the "
+                                            "trainer's); on a CPU, vLLM reads it as the "
+                                            "fraction of CPU memory it may reserve.")
     vllm_sleep: bool = _f(False, "vllm engine on a GPU: release vLLM's memory during each "
                           "update (sleep mode) and restore it for the next generation.")
     # budget, evaluation, checkpoints

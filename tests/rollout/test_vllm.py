@@ -133,3 +133,15 @@ def test_lora_weights_reach_the_engine_merged(setup):
     _assert_engine_follows(engine, lora, before=model)
     base = lora.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight
     assert torch.equal(base, model.model.layers[0].self_attn.q_proj.weight)  # not merged in
+
+
+def test_long_prompts_in_a_large_batch(setup):
+    """More prompt tokens than vLLM's token budget per step: on the CPU build, a prefill
+    split over steps would crash seeded sampling ("CPU Generator does not use offset");
+    the engine schedules whole prompts there. Rollouts stay keyed."""
+    model, _, engine = setup
+    prompts = ["".join(str((7 * i + j) % 10) for j in range(45)) + "=" for i in range(4)]
+    out = engine.generate(prompts, 64, 1.0, 4, sample_keys(5, 0, torch.arange(4)))
+    assert len(out.texts) == 256  # 256 requests of 47 prompt tokens: > 12,000 tokens
+    alone = engine.generate(prompts[2:3], 64, 1.0, 4, sample_keys(5, 0, torch.arange(4))[2:3])
+    assert alone.texts == out.texts[128:192]

@@ -49,3 +49,18 @@ def test_pods_eval_with_the_vllm_engine(whole):
     final = read_metrics(whole / "metrics.jsonl", "eval")[-1]
     assert result["eval/accuracy"] == final["eval/accuracy"]
     assert result["eval/reward_mean"] == final["eval/reward_mean"]
+
+
+def test_a_lora_run_syncs_the_merged_adapter_every_step(vllm_model_dir, tmp_path):
+    """With LoRA the engine gets base + adapter after every step: the gap stays at float
+    noise while the adapter moves the policy away from the base model."""
+    pods(train_args(vllm_model_dir, tmp_path, "lora", max_steps=3, engine="vllm",
+                    lora_rank=4, lora_alpha=8, lr=0.05), procs=1)
+    steps = read_metrics(tmp_path / "lora" / "metrics.jsonl", "step")
+    assert len(steps) == 3 and all(r["rollout/logprob_gap"] < 1e-4 for r in steps)
+    from safetensors.torch import load_file
+
+    adapter = load_file(tmp_path / "lora" / "checkpoints" / "step_000003" / "model" /
+                        "adapter_model.safetensors")
+    lora_b = [v for k, v in adapter.items() if "lora_B" in k]  # zero at the start
+    assert lora_b and max(v.abs().max().item() for v in lora_b) > 1e-2  # the adapter moved

@@ -42,18 +42,25 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GB)
         try:
             from vllm import LLM
+            from vllm.platforms import current_platform
         except ImportError as error:
             raise ImportError(f"{INSTALL} ({error})") from None
         base = model.get_base_model() if hasattr(model, "peft_config") else model
-        limit = getattr(base.config, "max_position_embeddings", None) or max_model_len
+        max_model_len = min(max_model_len, getattr(base.config, "max_position_embeddings",
+                                                   None) or max_model_len)
+        extra = {"distributed_executor_backend": "external_launcher"} if world > 1 else {}
+        if current_platform.is_cpu():
+            # A prefill split over steps rewinds the request's generator, which CPU
+            # generators cannot do ("CPU Generator does not use offset"): whole prompts only.
+            extra.update(enable_chunked_prefill=False,
+                         max_num_batched_tokens=max(max_model_len, 8192))
         self.tokenizer, self.sleep = tokenizer, sleep
         self.llm = LLM(
             model=base.name_or_path, dtype=str(base.dtype).removeprefix("torch."),
             load_format="dummy", generation_config="vllm", seed=seed,
             logprobs_mode="processed_logprobs", enable_prefix_caching=True,
-            max_model_len=min(max_model_len, limit), max_num_seqs=max_num_seqs,
-            gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=sleep,
-            **({"distributed_executor_backend": "external_launcher"} if world > 1 else {}))
+            max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+            gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=sleep, **extra)
         self.sync_weights(model)
 
     def generate(self, prompts: list[str], n: int, temperature: float, max_new_tokens: int,
