@@ -111,16 +111,16 @@ def evaluate_path(path: str, tasks: list[str] | None = None, repeats: int = 5,
     on = resolve_device(device)
     resolve_engine(cfg.engine_options(), on)  # an unusable engine fails before loading
     results: dict[str, dict] = {}
-    generator = None
+    rollout = None
     for name in tasks or [cfg.task]:
         task = get_task(name, cfg.replace(task=name).task_options())
-        if generator is None:
+        if rollout is None:
             model, tokenizer = load_saved_policy(source, cfg.model, task, on,
                                                  cfg.model_options())
-            generator = make_engine(cfg.engine_options(), model, tokenizer, on)
-        problems, dropped = drop_long_prompts(generator.tokenizer, task, task.test(),
+            rollout = make_engine(cfg.engine_options(), model, tokenizer, on)
+        problems, dropped = drop_long_prompts(rollout.tokenizer, task, task.test(),
                                               cfg.max_prompt_tokens)
-        result = evaluate(generator, task, problems[:eval_size], temperature,
+        result = evaluate(rollout, task, problems[:eval_size], temperature,
                           cfg.max_new_tokens, seed=cfg.seed, repeats=repeats)
         results[name] = {**result, "eval/dropped_long_prompts": dropped}
     return {"model": str(source), **results}

@@ -1,0 +1,62 @@
+"""Choosing an engine: auto, and the errors a bad choice gives before any model loads."""
+
+import pytest
+import torch
+
+import pods.rollout
+from pods.config import TrainConfig
+from pods.rollout import EngineOptions, resolve_engine
+
+CPU, GPU = torch.device("cpu"), torch.device("cuda")
+
+
+def test_auto_is_vllm_only_on_a_gpu_with_vllm_installed(monkeypatch):
+    monkeypatch.setattr(pods.rollout, "vllm_installed", lambda: True)
+    assert resolve_engine(EngineOptions(engine="auto"), GPU) == "vllm"
+    assert resolve_engine(EngineOptions(engine="auto"), CPU) == "hf"
+    assert resolve_engine(EngineOptions(engine="auto"), GPU, sharded=True) == "hf"
+    monkeypatch.setattr(pods.rollout, "vllm_installed", lambda: False)
+    assert resolve_engine(EngineOptions(engine="auto"), GPU) == "hf"
+    assert resolve_engine(EngineOptions(engine="hf"), GPU) == "hf"
+
+
+def test_vllm_without_vllm_says_what_to_install(monkeypatch):
+    monkeypatch.setattr(pods.rollout, "vllm_installed", lambda: False)
+    with pytest.raises(ValueError, match=r"pods-rl\[vllm\].*make vllm-env"):
+        resolve_engine(EngineOptions(engine="vllm"), CPU)
+
+
+def test_vllm_settings_that_cannot_work_are_refused(monkeypatch):
+    monkeypatch.setattr(pods.rollout, "vllm_installed", lambda: True)
+    with pytest.raises(ValueError, match="drop --vllm-sleep"):
+        resolve_engine(EngineOptions(engine="vllm", vllm_sleep=True), CPU)
+    with pytest.raises(ValueError, match="FSDP"):
+        resolve_engine(EngineOptions(engine="vllm"), GPU, sharded=True)
+    assert resolve_engine(EngineOptions(engine="vllm", vllm_sleep=True), GPU) == "vllm"
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"engine": "sglang"}, "unknown engine 'sglang'; use one of auto, hf, vllm"),
+    ({"vllm_gpu_memory_utilization": 0.0}, r"must be in \(0, 1\]"),
+    ({"vllm_gpu_memory_utilization": 1.5}, r"must be in \(0, 1\]"),
+])
+def test_config_checks_the_engine_fields(fields, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**fields)
+
+
+def test_engine_options_cover_prompt_and_completion():
+    options = TrainConfig(engine="vllm", max_prompt_tokens=100, max_new_tokens=28,
+                          gen_batch_size=64, seed=3).engine_options()
+    assert (options.engine, options.max_model_len, options.gen_batch_size, options.seed) == \
+        ("vllm", 128, 64, 3)
+
+
+def test_pods_train_with_a_missing_vllm_fails_before_loading(tmp_path, monkeypatch, capsys):
+    from pods.cli import main
+
+    monkeypatch.setattr(pods.rollout, "vllm_installed", lambda: False)
+    code = main(["train", "--engine", "vllm", "--model", str(tmp_path / "no-model"),
+                 "--out-dir", str(tmp_path), "--run-name", "r"])
+    assert code != 0 and "make vllm-env" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()  # nothing written
