@@ -166,6 +166,9 @@ def test_run_compare_order_overrides_and_resume(tmp_path, capsys):
     assert saved.config("pods", 1, out_dir=str(out / "pods"), run_name="seed1") == calls[3]
     rows = json.loads((out / "summary.json").read_text())
     assert [r["variant"] for r in rows] == ["grpo", "pods"]
+    assert capsys.readouterr().out.endswith(  # the comparison ends with its table
+        (out / "summary.md").read_text() + "\n" +
+        f"summary: {out / 'summary.md'}, curves: {out / 'curves.png'}\n")
     assert rows[1]["speedup"] == 1.0  # grpo peaks (.08) at 1 s; pods passes .08 at 1 s too
 
     # interrupt pods/seed1: drop its "done" record; a re-run trains only that run

@@ -68,3 +68,54 @@ def test_bad_yaml(tmp_path):
         parse(["--config", str(tmp_path / "list.yaml")])
     with pytest.raises(ValueError, match="does not exist"):
         parse(["--config", str(tmp_path / "missing.yaml")])
+
+
+def _config_file(tmp_path, text):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("text, message", [
+    ("n: 64\nm 16\nrule: max_variance\n", r"run.yaml, line 2, column 1: YAML syntax error"),
+    ("n: [64\n", r"run.yaml, line 1, column 4: YAML syntax error"),
+    ("n: 64\nm: sixteen\n", r"run.yaml, line 2: m='sixteen' must be a whole number\.$"),
+    ("lr: fast\n", r"line 1: lr='fast' must be a number\.$"),
+    ("max_steps: yes\n", r"line 1: max_steps=True must be a whole number \(or null\)"),
+    ("progress: 3\n", r"line 1: progress=3 must be true or false"),
+    ("n: 64\nrules: random\n", r"line 2: unknown field 'rules'; did you mean 'rule'\?"),
+])
+def test_config_file_errors_name_the_file_and_line(tmp_path, text, message):
+    from pods.config import load_yaml
+
+    with pytest.raises(ValueError, match=message):
+        load_yaml(_config_file(tmp_path, text))
+
+
+def test_yaml_numbers_without_a_dot_are_numbers(tmp_path):
+    from pods.config import load_yaml
+
+    values = load_yaml(_config_file(tmp_path, "lr: 3e-4\nmax_time: 90\n"))
+    assert values == {"lr": 3e-4, "max_time": 90} and from_dict(values).lr == 3e-4
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(n="64"), r"n='64' must be a whole number"),
+    (dict(lr=None), r"lr must be a number, not empty"),
+    (dict(max_steps=2.5), r"max_steps=2.5 must be a whole number \(or null\)"),
+])
+def test_wrong_types_from_python_are_refused(fields, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**fields)
+
+
+def test_pods_train_with_a_broken_config_prints_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    path = _config_file(tmp_path, "n: 64\nm 16\n")
+    done = subprocess.run([sys.executable, "-m", "pods", "train", "--config", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{path}, line 2" in lines[0] and "YAML syntax error" in lines[0]

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from pods.compare import load_spec
-from pods.config import from_dict, load_yaml
+from pods.config import from_dict, load_yaml, read_yaml
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 SPECS = sorted(p for p in CONFIGS.rglob("*.yaml") if "compare" in p.name)
@@ -35,7 +35,7 @@ def test_train_config_is_valid(path):
 
 @pytest.mark.parametrize("path", ACCELERATE, ids=lambda p: p.name)
 def test_accelerate_config_is_one_pods_supports(path):
-    config = load_yaml(path)
+    config = read_yaml(path)[0]
     assert config["distributed_type"] in ("MULTI_GPU", "FSDP")
     assert config["mixed_precision"] == "no"  # pods sets the dtype itself
     if config["distributed_type"] == "FSDP":
@@ -52,7 +52,7 @@ def test_comparison_spec_is_valid(path):
 
 def test_every_paper_run_belongs_to_a_comparison():
     """Each paper experiment runs through one `pods compare` command."""
-    named = {value for spec in SPECS for value in load_yaml(spec)["variants"].values()
+    named = {value for spec in SPECS for value in read_yaml(spec)[0]["variants"].values()
              if isinstance(value, str)}
     runs = {p.name for p in TRAIN if p.parent.name == "paper"}
     assert runs <= named

@@ -21,7 +21,8 @@ def weights(path) -> dict[str, torch.Tensor]:
 
 
 def test_two_step_run_changes_the_model_and_writes_everything(tiny_model_dir, tmp_path):
-    run = train(config(tiny_model_dir, tmp_path))
+    said = []
+    run = train(config(tiny_model_dir, tmp_path), log=lambda *a, **k: said.append(str(a[0])))
     records = read_metrics(run / "metrics.jsonl")
     steps = [r for r in records if r["kind"] == "step"]
     evals = [r for r in records if r["kind"] == "eval"]
@@ -38,6 +39,15 @@ def test_two_step_run_changes_the_model_and_writes_everything(tiny_model_dir, tm
     assert any(not torch.equal(start[k], end[k]) for k in start)
     assert (run / "config.yaml").is_file() and (run / "curve.png").stat().st_size > 1000
     assert (run / "checkpoints" / "latest").read_text() == "step_000002"
+    # the run ends with its summary: accuracy at start, best and end, steps, phases, files
+    first, last = evals[0]["eval/accuracy"], evals[-1]["eval/accuracy"]
+    summary = said[-1].splitlines()
+    assert summary[0] == f"run folder: {run}"
+    assert summary[1].startswith(f"test accuracy: {100 * first:.1f}% at the start, best ")
+    assert summary[1].endswith(f"{100 * last:.1f}% at the end")
+    assert summary[2].startswith(f"2 steps in {steps[-1]['time']:.1f} training seconds")
+    assert "generate" in summary[2] and "update" in summary[2] and "sync" in summary[2]
+    assert summary[3] == f"learning curve: {run / 'curve.png'}"
 
 
 def test_update_sees_only_the_kept_rollouts(tiny_model_dir, tmp_path, monkeypatch):

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from pods.config import FIELDS, TrainConfig, from_dict, load_yaml
+from pods.config import FIELDS, TrainConfig, from_dict, load_yaml, read_yaml
 from pods.metrics import read_metrics
 from pods.plots import plot_compare
 
@@ -102,7 +102,7 @@ def load_spec(path: str | Path) -> CompareSpec:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"comparison spec {path} does not exist.")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = read_yaml(path)[0] or {}  # a syntax error names the line
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a comparison spec is a mapping with keys "
                          f"{', '.join(SPEC_KEYS)}.")
@@ -175,7 +175,8 @@ def run_compare(spec: CompareSpec, out_dir: str | Path,
         say(f"[{i}/{len(runs)}] {run}: training.")
         train_fn(config)
     if main:
-        summarize(out_dir)
+        say(markdown_table(summarize(out_dir)))
+        say(f"summary: {out_dir / 'summary.md'}, curves: {out_dir / 'curves.png'}")
     return out_dir
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,10 @@ def _problems(c: TrainConfig):
     """Yield a message for each invalid field (the first one is raised)."""
     from pods.tasks import TASKS  # deferred: tasks import the config-free core only
 
+    typed = [p for p in (type_problem(f, getattr(c, f)) for f in FIELDS) if p]
+    if typed:  # the checks below compare values, which needs the right types
+        yield from typed
+        return
     for name in ("prompts_per_step", "n", "m", "max_new_tokens", "gen_batch_size",
                  "num_iterations", "max_prompt_tokens", "eval_repeats"):
         if getattr(c, name) < 1:
@@ -222,14 +227,76 @@ def from_dict(values: dict[str, Any]) -> TrainConfig:
     return TrainConfig(**values)
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
+def read_yaml(path: str | Path) -> tuple[Any, dict[str, int]]:
+    """A YAML file's content and the line of each top-level key; a syntax error is one
+    line naming the file, line and column."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"config file {path} does not exist.")
-    data = yaml.safe_load(path.read_text()) or {}
+        raise ValueError(f"{path} does not exist.")
+    text = path.read_text()
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        # where the broken construct starts (PyYAML notices the problem a line later)
+        mark = getattr(error, "context_mark", None) or getattr(error, "problem_mark", None)
+        where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ValueError(f"{where}: YAML syntax error ({problem}); write one `field: value` "
+                         f"per line, with a space after the colon.") from None
+    lines = {}
+    if isinstance(node, yaml.MappingNode):
+        lines = {str(key.value): key.start_mark.line + 1 for key, _ in node.value}
+    return data, lines
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """A training config file: each field name known and each value of its field's type
+    (numbers that YAML reads as text, such as ``3e-4``, are taken as numbers); an error
+    names the file and line."""
+    data, lines = read_yaml(path)
+    data = data or {}
     if not isinstance(data, dict):
         raise ValueError(f"config file {path} must hold a mapping of field: value.")
+    for name, value in data.items():
+        where = f"{path}, line {lines.get(str(name), '?')}"
+        if name not in FIELDS:
+            close = difflib.get_close_matches(str(name), FIELDS, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "see `pods train --help`."
+            raise ValueError(f"{where}: unknown field {name!r}; {hint}")
+        data[name] = value = _as_number(name, value)
+        problem = type_problem(name, value)
+        if problem:
+            raise ValueError(f"{where}: {problem}")
     return data
+
+
+_KINDS = {"int": "a whole number", "float": "a number", "str": "text", "bool": "true or false"}
+
+
+def type_problem(name: str, value: Any) -> str | None:
+    """What is wrong when ``value`` does not fit field ``name``'s type, else None."""
+    kinds = [k.strip() for k in str(FIELDS[name].type).split("|")]
+    if value is None:
+        return None if "None" in kinds else f"{name} must be {_KINDS[kinds[0]]}, not empty."
+    fits = {"int": isinstance(value, int), "float": isinstance(value, int | float),
+            "str": isinstance(value, str), "bool": isinstance(value, bool)}[kinds[0]]
+    if isinstance(value, bool) and kinds[0] != "bool":
+        fits = False
+    if fits:
+        return None
+    empty = " (or null)" if "None" in kinds else ""
+    return f"{name}={value!r} must be {_KINDS[kinds[0]]}{empty}."
+
+
+def _as_number(name: str, value: Any) -> Any:
+    """YAML 1.1 reads 3e-4 (no dot) as text: take such text as the number it spells."""
+    if isinstance(value, str) and str(FIELDS[name].type).startswith("float"):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def save_yaml(config: TrainConfig, path: str | Path) -> None:

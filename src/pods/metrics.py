@@ -55,3 +55,32 @@ def truncate_metrics(path: str | Path, last_step: int) -> None:
     path.replace(path.with_name("metrics.before-resume.jsonl"))
     with path.open("w", encoding="utf-8") as f:
         f.writelines(json.dumps(r) + "\n" for r in keep)
+
+
+PHASES = ("generate", "reward", "select", "update", "sync")
+
+
+def run_summary(run_dir: str | Path) -> str:
+    """What a finished run achieved, from its metrics.jsonl: test accuracy at the start,
+    best and end, steps, training seconds, each phase's share of the step time, files."""
+    run_dir = Path(run_dir)
+    records = read_metrics(run_dir / "metrics.jsonl")
+    evals = [r for r in records if r.get("kind") == "eval" and "eval/accuracy" in r]
+    steps = [r for r in records if r.get("kind") == "step"]
+    lines = [f"run folder: {run_dir}"]
+    if evals:
+        best = max(evals, key=lambda r: r["eval/accuracy"])
+        lines.append(f"test accuracy: {100 * evals[0]['eval/accuracy']:.1f}% at the start, "
+                     f"best {100 * best['eval/accuracy']:.1f}% (step {best['step']}, "
+                     f"{best['time']:.0f} s), {100 * evals[-1]['eval/accuracy']:.1f}% at "
+                     f"the end")
+    if steps:
+        total = sum(r.get("time/step", 0.0) for r in steps) or 1.0
+        spent = {phase: sum(r.get(f"time/{phase}", 0.0) for r in steps) for phase in PHASES
+                 if any(f"time/{phase}" in r for r in steps)}
+        shares = ", ".join(f"{phase} {100 * t / total:.0f}%" for phase, t in spent.items())
+        lines.append(f"{steps[-1]['step']} steps in {steps[-1]['time']:.1f} training seconds "
+                     f"({total / len(steps):.3f} s per step: {shares})")
+    if (run_dir / "curve.png").is_file():
+        lines.append(f"learning curve: {run_dir / 'curve.png'}")
+    return "\n".join(lines)

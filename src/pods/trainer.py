@@ -31,7 +31,7 @@ from pods.distributed import Dist, RankFailure, launched_world_size
 from pods.downsample import downsample
 from pods.evaluation import evaluate
 from pods.grading import grading_stats
-from pods.metrics import MetricsWriter, truncate_metrics
+from pods.metrics import MetricsWriter, run_summary, truncate_metrics
 from pods.policy import load_policy, load_saved_policy
 from pods.progress import Clock, Progress, plot_curve
 from pods.prompts import drop_long_prompts, render_prompts
@@ -184,6 +184,8 @@ class Trainer:
             if main:
                 metrics.close()
                 plot_curve(self.run_dir, self.log)
+        if main:  # only a run that finished gets here
+            self.log(run_summary(self.run_dir))
 
     def _stopped(self, why: str) -> str:
         """What a rank of a distributed run says when the run stops early."""
