@@ -149,3 +149,112 @@ def test_a_model_that_cannot_load_leaves_no_run_folder(tmp_path):
     with pytest.raises(ValueError, match="could not load the model"):
         train(config(missing, tmp_path))
     assert not (tmp_path / "run").exists()
+
+
+class FailsOnCall:
+    """The toy task's reward, raising (or returning NaN) on the k-th call only."""
+
+    def __init__(self, k: int, value=None):
+        from toy_task import EvenStart
+
+        self.inner, self.k, self.calls, self.value = EvenStart(), k, 0, value
+
+    def reward(self, completion, problem):
+        self.calls += 1
+        if self.calls == self.k:
+            if self.value is None:
+                raise RuntimeError("judge timed out")
+            return self.value
+        return self.inner.reward(completion, problem)
+
+
+def test_a_raising_reward_stops_with_a_checkpoint_of_the_last_complete_step(
+        tiny_model_dir, tmp_path, monkeypatch):
+    """The reward raises while step 3 is scored: the run stops naming the function, and
+    the checkpoint is of step 2 with step 3's draws rewound, so resuming gives exactly the
+    uninterrupted run."""
+    whole = train(config(tiny_model_dir, tmp_path, max_steps=4, run_name="whole"))
+    evals, per_step = 12, 3 * 6  # reward calls: the first evaluation, then P*n per step
+    flaky = FailsOnCall(evals + 2 * per_step + 5)
+    real_init = Trainer.__init__
+
+    def with_flaky_task(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.task = self.scorer.task = flaky
+
+    monkeypatch.setattr(Trainer, "__init__", with_flaky_task)
+    said = []
+    with pytest.raises(ValueError, match=r"reward function FailsOnCall.reward raised "
+                                         r"RuntimeError: judge timed out; problem '"):
+        train(config(tiny_model_dir, tmp_path, max_steps=4, run_name="part"),
+              log=lambda *a, **k: said.append(str(a[0])))
+    part = tmp_path / "part"
+    assert (part / "checkpoints" / "latest").read_text() == "step_000002"
+    assert any(f"--resume {part}" in line for line in said)
+    monkeypatch.setattr(Trainer, "__init__", real_init)
+    resume(part)
+    rewards = [[r["rollout/reward_mean"] for r in read_metrics(run / "metrics.jsonl", "step")]
+               for run in (whole, part)]
+    assert rewards[0] == rewards[1] and len(rewards[0]) == 4
+    a = weights(whole / "checkpoints" / "step_000004" / "model")
+    b = weights(part / "checkpoints" / "step_000004" / "model")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6)
+
+
+def test_zero_policy_scores_bad_rewards_zero_and_counts_them(tiny_model_dir, tmp_path,
+                                                             monkeypatch):
+    flaky = FailsOnCall(12 + 4, value=float("nan"))  # one NaN in step 1's scoring
+    real_init = Trainer.__init__
+
+    def with_flaky_task(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.task = self.scorer.task = flaky
+
+    monkeypatch.setattr(Trainer, "__init__", with_flaky_task)
+    said = []
+    run = train(config(tiny_model_dir, tmp_path, reward_errors="zero"),
+                log=lambda *a, **k: said.append(str(a[0])))
+    steps = read_metrics(run / "metrics.jsonl", "step")
+    assert [r["rollout/reward_errors"] for r in steps] == [1, 0]
+    warnings = [line for line in said if "reward_errors=zero" in line]
+    assert len(warnings) == 1 and "returned nan (float)" in warnings[0]
+
+
+def test_resume_falls_back_when_the_newest_checkpoint_cannot_be_read(tiny_model_dir,
+                                                                      tmp_path):
+    run = train(config(tiny_model_dir, tmp_path, max_steps=2))
+    resume(run, {"max_steps": 4})  # checkpoints of steps 2 and 4
+    weights_file = next((run / "checkpoints" / "step_000004" / "model").glob("*.safetensors"))
+    weights_file.write_bytes(weights_file.read_bytes()[:100])  # truncated
+    said = []
+    resume(run, {"max_steps": 5}, log=lambda *a, **k: said.append(str(a[0])))
+    assert any("step_000004 cannot be read" in line for line in said)
+    assert any("falling back to step_000002" in line for line in said)
+    steps = [r["step"] for r in read_metrics(run / "metrics.jsonl", "step")]
+    assert steps == [1, 2, 3, 4, 5]  # steps 3 and 4 redone from step 2, then step 5
+    assert (run / "checkpoints" / "latest").read_text() == "step_000005"
+
+
+def test_a_failed_checkpoint_write_keeps_the_previous_one(tiny_model_dir, tmp_path,
+                                                          monkeypatch):
+    import errno
+
+    import pods.checkpoint
+    from pods.checkpoint import CheckpointWriteError, latest_checkpoint
+
+    run = train(config(tiny_model_dir, tmp_path, max_steps=2))
+    real_save = pods.checkpoint.torch.save
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pods.checkpoint.torch, "save", disk_full)
+    with pytest.raises(CheckpointWriteError, match=r"could not write the checkpoint of step "
+                       r"3 .*No space left on device.*step_000002, is intact"):
+        resume(run, {"max_steps": 3})
+    monkeypatch.setattr(pods.checkpoint.torch, "save", real_save)
+    assert latest_checkpoint(run).name == "step_000002"
+    assert not list((run / "checkpoints").glob(".tmp_*"))  # the partial copy is gone
+    resume(run, {"max_steps": 3})  # and the run goes on from it
+    assert (run / "checkpoints" / "latest").read_text() == "step_000003"

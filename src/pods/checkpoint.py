@@ -76,6 +76,19 @@ def latest_checkpoint(path: str | Path) -> Path | None:
     return found if (found / "state.pt").is_file() else None
 
 
+def complete_checkpoints(run_dir: str | Path) -> list[Path]:
+    """The run's complete checkpoints, newest first: the one ``latest`` names, then the
+    other written ones (for falling back when the newest cannot be read)."""
+    newest = latest_checkpoint(run_dir)
+    others = sorted((p for p in (Path(run_dir) / "checkpoints").glob("step_*")
+                     if (p / "state.pt").is_file() and p != newest), reverse=True)
+    return ([newest] if newest is not None else []) + others
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (a full disk, say); the previous one is intact."""
+
+
 def rng_states(prompt_rng, select_gen: torch.Generator) -> dict[str, Any]:
     states = {"torch": torch.get_rng_state(), "prompts": prompt_rng.bit_generator.state,
               "select": select_gen.get_state()}

@@ -17,6 +17,7 @@ import json
 import sys
 from pathlib import Path
 
+from pods.checkpoint import CheckpointWriteError
 from pods.config import add_config_flags, config_from_args, flag_overrides
 from pods.distributed import RankFailure
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:  # bad input: say what to change, no traceback
         print(f"pods {args.command}: error: {error}", file=sys.stderr)
         return 2
-    except RankFailure as error:  # a distributed run lost a rank: say where it stands
+    except (RankFailure, CheckpointWriteError) as error:  # say where the run stands
         print(f"pods {args.command}: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -42,6 +42,10 @@ class TrainConfig:
                                "and 'answer' (optional 'split': train/test).")
     reward_fn: str | None = _f(None, "custom task: reward as module:function, called with "
                                "(completion, answer) -> float; None = the math reward.")
+    reward_errors: str = _f("raise", "A reward function that raises or returns no finite "
+                            "number: raise (stop, naming the function, problem and "
+                            "completion, after a checkpoint of the last complete step) or "
+                            "zero (score 0, count rollout/reward_errors, warn once).")
     correctness_weight: float = _f(1.0, "Math rewards: reward for a correct answer.")
     format_weight: float = _f(0.1, "Math rewards: weight of the <think>/<answer> format bonus "
                               "(0 with tag_weight 0 = correctness only).")
@@ -196,6 +200,8 @@ def _problems(c: TrainConfig):
               "must be >= 0."
     if not (0 <= c.adam_beta1 < 1 and 0 <= c.adam_beta2 < 1):
         yield "adam_beta1 and adam_beta2 must be in [0, 1)."
+    if c.reward_errors not in ("raise", "zero"):
+        yield f"unknown reward_errors {c.reward_errors!r}; use raise or zero."
     if c.engine not in ENGINES:
         yield f"unknown engine {c.engine!r}; use one of {', '.join(ENGINES)}."
     if not 0 < c.vllm_gpu_memory_utilization <= 1:

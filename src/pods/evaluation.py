@@ -16,12 +16,13 @@ import torch
 from pods.distributed import Dist
 from pods.prompts import render_prompts
 from pods.rollout import Engine, sample_keys
+from pods.scoring import Scorer
 from pods.tasks import Problem
 
 
 def evaluate(engine: Engine, task, problems: list[Problem], temperature: float,
              max_new_tokens: int, seed: int = 0, repeats: int = 1,
-             dist: Dist | None = None) -> dict[str, float]:
+             dist: Dist | None = None, scorer: Scorer | None = None) -> dict[str, float]:
     """Metrics over ``repeats`` samplings of ``problems`` (mean and SEM over repeats), with
     the rollouts from ``engine`` (pods.rollout: the training run's own engine).
 
@@ -37,7 +38,8 @@ def evaluate(engine: Engine, task, problems: list[Problem], temperature: float,
     out = engine.generate(texts, repeats, temperature, max_new_tokens,
                           sample_keys(seed, torch.tensor(indices)), special)
     # row i*repeats + r: problem i, repeat r
-    names, values = scores(task, local, out.texts, out.completion_mask, repeats)
+    names, values = scores(task, local, out.texts, out.completion_mask, repeats,
+                           scorer or Scorer(task))
     values = dist.gather(values)[:T]  # [T, repeats, metrics] in problem order
     return {**summarize(names, values), "eval/problems": T, "eval/repeats": repeats}
 
@@ -55,13 +57,18 @@ def summarize(names: list[str], values: torch.Tensor) -> dict[str, float]:
     return result
 
 
-def scores(task, problems, texts, mask, repeats) -> tuple[list[str], torch.Tensor]:
-    """Each completion's metrics: (names, [P, repeats, metrics] float64)."""
+def scores(task, problems, texts, mask, repeats,
+           scorer: Scorer | None = None) -> tuple[list[str], torch.Tensor]:
+    """Each completion's metrics: (names, [P, repeats, metrics] float64). Rewards go
+    through ``scorer`` (pods.scoring: reward errors raise, or score 0)."""
     P = len(problems)
+    scorer = scorer or Scorer(task)
     completions = [(texts[i], problems[i // repeats]) for i in range(P * repeats)]
+    rewards = [scorer.score(text, p)[0] for text, p in completions]
     metrics = {
-        "accuracy": [float(_correct(task, text, p)) for text, p in completions],
-        "reward_mean": [task.reward(text, p) for text, p in completions],
+        "accuracy": [float(_correct(task, text, p, r))
+                     for (text, p), r in zip(completions, rewards, strict=True)],
+        "reward_mean": rewards,
         "completion_len": mask.sum(1).double().tolist(),
     }
     if hasattr(task, "format_ok"):  # tasks that ask for a layout (the math tasks' tags)
@@ -73,12 +80,12 @@ def scores(task, problems, texts, mask, repeats) -> tuple[list[str], torch.Tenso
     return list(metrics), values.T.reshape(P, repeats, len(metrics))
 
 
-def _correct(task, completion: str, problem: Problem) -> bool:
+def _correct(task, completion: str, problem: Problem, reward: float) -> bool:
     """The task's own correctness check where it has one (the math tasks: the answer
     alone, without format bonuses), else a reward of at least 1."""
     if hasattr(task, "correct"):
         return bool(task.correct(completion, problem))
-    return task.reward(completion, problem) >= 1.0
+    return reward >= 1.0
 
 
 def evaluate_path(path: str, tasks: list[str] | None = None, repeats: int = 5,

@@ -11,6 +11,7 @@ fairly however often they are evaluated.
 
 from __future__ import annotations
 
+import shutil
 from datetime import datetime
 from pathlib import Path
 
@@ -19,6 +20,8 @@ import torch
 
 from pods.advantages import group_advantages
 from pods.checkpoint import (
+    CheckpointWriteError,
+    complete_checkpoints,
     finish_checkpoint,
     latest_checkpoint,
     restore_rng_states,
@@ -36,6 +39,7 @@ from pods.policy import load_policy, load_saved_policy
 from pods.progress import Clock, Progress, plot_curve
 from pods.prompts import drop_long_prompts, render_prompts
 from pods.rollout import make_engine, resolve_engine, sample_keys
+from pods.scoring import Scorer
 from pods.tasks import get_task
 from pods.update import peak_memory_mb, policy_update
 
@@ -77,9 +81,11 @@ class Trainer:
         self.rollout = make_engine(config.engine_options(), self.model, self.tokenizer,
                                    self.device, self.dist.world, self.dist.sharded)
         self.train_set, self.test_set, self.dropped = self._datasets()
+        self.scorer = Scorer(self.task, config.reward_errors, warn=self.log)
         self.prompt_rng = np.random.default_rng(config.seed)
         self.select_gen = torch.Generator().manual_seed(config.seed)
         self.clock, self.step_count = Clock(), 0
+        self.before_step, self.updating = None, False  # a step under way (failures)
         self.next_eval, self.next_checkpoint = 0.0, config.checkpoint_every
 
     def _datasets(self):
@@ -103,6 +109,8 @@ class Trainer:
         cfg, P, n = self.cfg, self.cfg.prompts_per_step, self.cfg.n
         self.clock.phases = {}
         step_start = self.clock.seconds
+        # what a failure mid-step rewinds to (see _stop_with_checkpoint)
+        self.before_step = step_start, rng_states(self.prompt_rng, self.select_gen)
         problems = [self.train_set[i] for i in
                     self.prompt_rng.choice(len(self.train_set), size=P, replace=False)]
         mine = self.dist.shard(P)  # this rank's prompts: P_r = P / W of them
@@ -114,8 +122,7 @@ class Trainer:
                                              keys, special)
         with self.clock.phase("reward"):
             failures = grading_stats().failures  # answers math-verify could not grade
-            local = torch.tensor([self.task.reward(text, my_problems[i // n])
-                                  for i, text in enumerate(rollouts.texts)]).view(-1, n)
+            local, reward_errors = self.scorer.rewards(rollouts.texts, my_problems, n)
             failures = grading_stats().failures - failures
         with self.clock.phase("select"):
             rewards = self.dist.gather(local)  # [P, n], the same on every rank
@@ -124,23 +131,27 @@ class Trainer:
             advantages = group_advantages(kept, scale=cfg.adv_scale)[mine]  # [P_r, m]
             rows = (torch.arange(local.shape[0]).unsqueeze(1) * n + idx[mine]).flatten()
             batch = rollouts.select(rows)  # [P_r*m] of this rank's P_r*n
+        self.updating = True  # from here a failure leaves the weights half-updated
         with self.clock.phase("update"), self.rollout.asleep():
             losses = policy_update(self.wrapped, self.ref_model, self.optimizer, batch,
                                    advantages.flatten().to(self.device), cfg, self.dist)
         with self.clock.phase("sync"):  # the engine samples the next step from new weights
             self.rollout.sync_weights(self.model)
         self.step_count += 1
+        self.updating, self.before_step = False, None
         slowest = self.dist.reduce({"time": self.clock.seconds, **self.clock.phases,
                                     **peak_memory_mb(self.device)}, "max")  # over ranks
         self.clock.seconds = slowest.pop("time")
         shared = self.dist.reduce({
             "rollout/completion_len": rollouts.completion_mask.sum(1).float().mean().item(),
-            "rollout/grading_failures": failures}, "sum")
+            "rollout/grading_failures": failures, "rollout/reward_errors": reward_errors},
+            "sum")
         return {
             "kind": "step", "step": self.step_count, "time": self.clock.seconds,
             "rollout/reward_mean": rewards.mean().item(),
             "rollout/completion_len": shared["rollout/completion_len"] / self.dist.world,
             "rollout/grading_failures": int(shared["rollout/grading_failures"]),
+            "rollout/reward_errors": int(shared["rollout/reward_errors"]),
             "select/reward_mean": kept.mean().item(),
             "select/var_full": rewards.var(dim=1, correction=0).mean().item(),
             "select/var_kept": kept.var(dim=1, correction=0).mean().item(),
@@ -172,12 +183,12 @@ class Trainer:
         except KeyboardInterrupt:
             if self.dist.world > 1:  # the ranks cannot agree on a last collective save
                 raise RankFailure(self._stopped("interrupted")) from None
-            self.log(f"\ninterrupted at step {self.step_count}: writing a checkpoint")
-            self.checkpoint()
+            self._stop_with_checkpoint("interrupted")
             raise
         except Exception as error:
             if self.dist.world > 1:
                 raise RankFailure(self._stopped(f"{type(error).__name__}: {error}")) from error
+            self._stop_with_checkpoint(type(error).__name__)
             raise
         finally:
             progress.close()
@@ -186,6 +197,27 @@ class Trainer:
                 plot_curve(self.run_dir, self.log)
         if main:  # only a run that finished gets here
             self.log(run_summary(self.run_dir))
+
+    def _stop_with_checkpoint(self, why: str) -> None:
+        """One process stopping mid-run writes a checkpoint of the last completed step: a
+        step under way is rewound (clock, prompt and selection streams), never saved half
+        done; inside the update the weights already moved, so the last checkpoint stays."""
+        if self.updating:
+            checkpoint = latest_checkpoint(self.run_dir)
+            self.log(f"\nstopped ({why}) inside the update of step {self.step_count + 1}: "
+                     f"no checkpoint of a half-updated model; the last one is {checkpoint}.")
+            return
+        if self.before_step is not None:
+            self.clock.seconds, states = self.before_step
+            restore_rng_states(states, self.prompt_rng, self.select_gen)
+        self.log(f"\nstopped ({why}) after step {self.step_count}: writing a checkpoint")
+        try:
+            path = self.checkpoint()
+        except Exception as error:  # the original error is the one to report
+            self.log(f"the checkpoint could not be written ({type(error).__name__}: {error})")
+            return
+        self.log(f"checkpoint {path} written; continue with `pods train --resume "
+                 f"{self.run_dir}`")
 
     def _stopped(self, why: str) -> str:
         """What a rank of a distributed run says when the run stops early."""
@@ -206,7 +238,7 @@ class Trainer:
         cfg = self.cfg
         result = evaluate(self.rollout, self.task, self.test_set, cfg.eval_temperature,
                           cfg.max_new_tokens, seed=cfg.seed, repeats=cfg.eval_repeats,
-                          dist=self.dist)
+                          dist=self.dist, scorer=self.scorer)
         _write(metrics, {"kind": "eval", "step": self.step_count, "time": self.clock.seconds,
                          **result, **self.dropped})
         while self.next_eval <= self.clock.seconds:
@@ -221,18 +253,40 @@ class Trainer:
                  "rng": rng_states(self.prompt_rng, self.select_gen),
                  "torch_rng_per_rank": dist.gather_objects(torch.get_rng_state())}
         weights = dist.full_state_dict(self.wrapped)  # None unless sharded
-        if dist.is_main:
-            start_checkpoint(self.run_dir, step)
-        dist.barrier()
-        dist.save_engine_state(staging_dir(self.run_dir, step) / "engine")
-        path = None
-        if dist.is_main:
-            path = finish_checkpoint(self.run_dir, step, self.model, self.tokenizer, state,
-                                     weights)
+        try:
+            if dist.is_main:
+                start_checkpoint(self.run_dir, step)
+            dist.barrier()
+            dist.save_engine_state(staging_dir(self.run_dir, step) / "engine")
+            path = None
+            if dist.is_main:
+                path = finish_checkpoint(self.run_dir, step, self.model, self.tokenizer,
+                                         state, weights)
+        except OSError as error:  # a full disk, say: drop the partial copy, keep the last
+            shutil.rmtree(staging_dir(self.run_dir, step), ignore_errors=True)
+            raise CheckpointWriteError(
+                f"could not write the checkpoint of step {step} in {self.run_dir} "
+                f"({error.strerror or error}); the previous checkpoint, "
+                f"{latest_checkpoint(self.run_dir)}, is intact.") from error
         dist.barrier()
         while self.next_checkpoint <= self.clock.seconds:
             self.next_checkpoint += self.cfg.checkpoint_every
         return path
+
+    def restore_newest(self, checkpoints: list[Path]) -> Path:
+        """Restore the newest of ``checkpoints`` that can be read; an unreadable one (a
+        truncated file, a missing piece) is passed over, and that is said."""
+        for newer, checkpoint in zip([None, *checkpoints], checkpoints, strict=False):
+            if newer is not None:
+                self.log(f"falling back to {checkpoint.name}")
+            try:
+                self.restore(checkpoint)
+                return checkpoint
+            except Exception as error:  # torch.load and safetensors raise many kinds
+                problem = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+                self.log(f"checkpoint {checkpoint} cannot be read ({problem})")
+        raise ValueError(f"none of the checkpoints of {self.run_dir} can be read "
+                         f"({', '.join(c.name for c in checkpoints)}); see above why.")
 
     def restore(self, checkpoint: Path) -> None:
         state = torch.load(checkpoint / "state.pt", weights_only=False)
@@ -316,13 +370,13 @@ def resume(run_dir: str | Path, overrides: dict | None = None, log=print) -> Pat
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise ValueError(f"{run_dir} is not a run folder (no config.yaml).")
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is None:
+    checkpoints = complete_checkpoints(run_dir)
+    if not checkpoints:
         raise ValueError(f"{run_dir} has no complete checkpoint to resume from; "
                          f"start a new run instead.")
     config = from_dict({**load_yaml(run_dir / "config.yaml"), **(overrides or {})})
     trainer = Trainer(config, run_dir, log=log)
-    trainer.restore(checkpoint)
+    checkpoint = trainer.restore_newest(checkpoints)
     if trainer.dist.is_main:  # only once the run can go on, as in train()
         save_yaml(config, run_dir / "config.yaml")
         truncate_metrics(run_dir / "metrics.jsonl", trainer.step_count)

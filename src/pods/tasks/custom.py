@@ -70,6 +70,7 @@ class CustomTask:
             raise ValueError("--task custom needs --data-file FILE (JSONL/Parquet records "
                              "with 'prompt' and 'answer').")
         self._fn = load_reward_fn(reward_fn) if reward_fn else None
+        self.reward_name = reward_fn  # how reward errors name it (pods.scoring)
         self.weights = weights
         self._train, self._test = _split(load_records(data_file), seed)
 
@@ -80,9 +81,11 @@ class CustomTask:
         return self._test
 
     def reward(self, completion: str, problem: Problem) -> float:
+        """The user's function's value as it returned it (pods.scoring checks that it is
+        a finite number), or the math reward."""
         if self._fn is None:
             return math_reward(completion, problem.answer, self.weights)
-        return float(self._fn(completion, problem.answer))
+        return self._fn(completion, problem.answer)
 
 
 def _split(rows: list[dict], seed: int) -> tuple[list[Problem], list[Problem]]:

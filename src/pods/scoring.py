@@ -1,0 +1,78 @@
+"""Scoring rollouts with a task's reward, guarded: a reward function is user code.
+
+A reward that raises, or returns something other than a finite number (NaN, infinity,
+text, None), is a reward error. The policy (``reward_errors`` in TrainConfig) decides:
+    raise   stop with a ``RewardError`` that names the reward function, what it raised or
+            returned, the problem and the start of the completion (the default);
+    zero    score the rollout 0, count it (``rollout/reward_errors`` per step) and warn once.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+from torch import Tensor
+
+POLICIES = ("raise", "zero")
+SHOWN = 80  # characters of a prompt or completion quoted in a message
+
+
+class RewardError(ValueError):
+    """A reward function raised or returned a value that is not a finite number."""
+
+
+def reward_name(task) -> str:
+    """How messages name a task's reward: a custom reward's module:function, else
+    ``Task.reward``."""
+    return getattr(task, "reward_name", None) or f"{type(task).__name__}.reward"
+
+
+def checked_reward(task, completion: str, problem) -> float:
+    """``task.reward(completion, problem)`` as a float, or a RewardError saying what the
+    function did, for which problem and completion."""
+    try:
+        value = task.reward(completion, problem)
+    except Exception as error:
+        what = f"raised {type(error).__name__}: {error}"
+    else:
+        if isinstance(value, numbers.Real) and math.isfinite(float(value)):
+            return float(value)
+        what = f"returned {value!r} ({type(value).__name__}), not a finite number"
+    raise RewardError(f"reward function {reward_name(task)} {what}; problem "
+                      f"{_start(problem.prompt)}, completion {_start(completion)}")
+
+
+class Scorer:
+    """Scores rollouts under a policy, warning once (through ``warn``) under ``zero``."""
+
+    def __init__(self, task, policy: str = "raise", warn=print):
+        if policy not in POLICIES:
+            raise ValueError(f"unknown reward_errors {policy!r}; use one of "
+                             f"{', '.join(POLICIES)}.")
+        self.task, self.policy, self.warn, self.warned = task, policy, warn, False
+
+    def score(self, completion: str, problem) -> tuple[float, bool]:
+        """(reward, whether it was a reward error scored 0)."""
+        try:
+            return checked_reward(self.task, completion, problem), False
+        except RewardError as error:
+            if self.policy == "raise":
+                raise
+            if not self.warned:
+                self.warned = True
+                self.warn(f"warning: {error}. Scored 0 (reward_errors=zero); further errors "
+                          f"are counted in rollout/reward_errors without a message.")
+            return 0.0, True
+
+    def rewards(self, texts: list[str], problems: list, n: int) -> tuple[Tensor, int]:
+        """Rewards [P, n] of rollouts ``texts`` [P*n] (row p*n + j: rollout j of
+        ``problems[p]``) and the number of reward errors scored 0."""
+        scored = [self.score(text, problems[i // n]) for i, text in enumerate(texts)]
+        values = torch.tensor([value for value, _ in scored], dtype=torch.float32)
+        return values.view(-1, n), sum(failed for _, failed in scored)
+
+
+def _start(text: str) -> str:
+    return repr(text if len(text) <= SHOWN else text[:SHOWN] + "...")
