@@ -168,6 +168,19 @@ class FailsOnCall:
         return self.inner.reward(completion, problem)
 
 
+def _score_with(monkeypatch, task):
+    """Trainers built from here on score (and evaluate) with ``task``'s reward; returns
+    the real Trainer.__init__ to put back."""
+    real_init = Trainer.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.task = self.scorer.task = task
+
+    monkeypatch.setattr(Trainer, "__init__", init)
+    return real_init
+
+
 def test_a_raising_reward_stops_with_a_checkpoint_of_the_last_complete_step(
         tiny_model_dir, tmp_path, monkeypatch):
     """The reward raises while step 3 is scored: the run stops naming the function, and
@@ -175,14 +188,7 @@ def test_a_raising_reward_stops_with_a_checkpoint_of_the_last_complete_step(
     uninterrupted run."""
     whole = train(config(tiny_model_dir, tmp_path, max_steps=4, run_name="whole"))
     evals, per_step = 12, 3 * 6  # reward calls: the first evaluation, then P*n per step
-    flaky = FailsOnCall(evals + 2 * per_step + 5)
-    real_init = Trainer.__init__
-
-    def with_flaky_task(self, *args, **kwargs):
-        real_init(self, *args, **kwargs)
-        self.task = self.scorer.task = flaky
-
-    monkeypatch.setattr(Trainer, "__init__", with_flaky_task)
+    real_init = _score_with(monkeypatch, FailsOnCall(evals + 2 * per_step + 5))
     said = []
     with pytest.raises(ValueError, match=r"reward function FailsOnCall.reward raised "
                                          r"RuntimeError: judge timed out; problem '"):
@@ -204,14 +210,7 @@ def test_a_raising_reward_stops_with_a_checkpoint_of_the_last_complete_step(
 
 def test_zero_policy_scores_bad_rewards_zero_and_counts_them(tiny_model_dir, tmp_path,
                                                              monkeypatch):
-    flaky = FailsOnCall(12 + 4, value=float("nan"))  # one NaN in step 1's scoring
-    real_init = Trainer.__init__
-
-    def with_flaky_task(self, *args, **kwargs):
-        real_init(self, *args, **kwargs)
-        self.task = self.scorer.task = flaky
-
-    monkeypatch.setattr(Trainer, "__init__", with_flaky_task)
+    _score_with(monkeypatch, FailsOnCall(12 + 4, value=float("nan")))  # step 1: one NaN
     said = []
     run = train(config(tiny_model_dir, tmp_path, reward_errors="zero"),
                 log=lambda *a, **k: said.append(str(a[0])))
