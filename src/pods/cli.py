@@ -20,6 +20,7 @@ from pathlib import Path
 from pods.checkpoint import CheckpointWriteError
 from pods.config import add_config_flags, config_from_args, flag_overrides
 from pods.distributed import RankFailure
+from pods.rollout import ENGINES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's")
     p.add_argument("--data-dir", default=None, help="local data files (see README)")
     p.add_argument("--device", default="auto")
-    p.add_argument("--engine", default=None, choices=("auto", "hf", "vllm"),
+    p.add_argument("--engine", default=None, choices=ENGINES,
                    help="generation engine (default: the run's; auto for a model)")
     p.set_defaults(func=_eval)
 

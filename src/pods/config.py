@@ -23,6 +23,7 @@ from pods.downsample import RULES
 from pods.loss import NORMS
 from pods.policy import DTYPES
 from pods.rollout import ENGINES
+from pods.scoring import POLICIES
 
 
 def _f(default: Any, help: str) -> Any:
@@ -200,8 +201,8 @@ def _problems(c: TrainConfig):
               "must be >= 0."
     if not (0 <= c.adam_beta1 < 1 and 0 <= c.adam_beta2 < 1):
         yield "adam_beta1 and adam_beta2 must be in [0, 1)."
-    if c.reward_errors not in ("raise", "zero"):
-        yield f"unknown reward_errors {c.reward_errors!r}; use raise or zero."
+    if c.reward_errors not in POLICIES:
+        yield f"unknown reward_errors {c.reward_errors!r}; use {' or '.join(POLICIES)}."
     if c.engine not in ENGINES:
         yield f"unknown engine {c.engine!r}; use one of {', '.join(ENGINES)}."
     if not 0 < c.vllm_gpu_memory_utilization <= 1:

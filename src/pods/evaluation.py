@@ -38,8 +38,7 @@ def evaluate(engine: Engine, task, problems: list[Problem], temperature: float,
     out = engine.generate(texts, repeats, temperature, max_new_tokens,
                           sample_keys(seed, torch.tensor(indices)), special)
     # row i*repeats + r: problem i, repeat r
-    names, values = scores(task, local, out.texts, out.completion_mask, repeats,
-                           scorer or Scorer(task))
+    names, values = scores(task, local, out.texts, out.completion_mask, repeats, scorer)
     values = dist.gather(values)[:T]  # [T, repeats, metrics] in problem order
     return {**summarize(names, values), "eval/problems": T, "eval/repeats": repeats}
 

@@ -276,8 +276,8 @@ class Trainer:
     def restore_newest(self, checkpoints: list[Path]) -> Path:
         """Restore the newest of ``checkpoints`` that can be read; an unreadable one (a
         truncated file, a missing piece) is passed over, and that is said."""
-        for newer, checkpoint in zip([None, *checkpoints], checkpoints, strict=False):
-            if newer is not None:
+        for i, checkpoint in enumerate(checkpoints):
+            if i > 0:
                 self.log(f"falling back to {checkpoint.name}")
             try:
                 self.restore(checkpoint)
