@@ -217,13 +217,28 @@ def test_callable_rule_batch_scale_and_weighted_rewards(tiny_model_dir, tmp_path
     check_contract([records], n=8, m=4, rule="min_reward", scale="batch", weights=weights)
 
 
+ABORT = "terminate called without an active exception"
+
+
+def launch_trl(command: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """Run a torchrun command, once more if a rank aborted with ``ABORT`` before training.
+    That abort (a C++ thread torn down, SIGABRT) hits a few percent of 2-process gloo
+    starts of TRL's trainer on this CPU machine, with or without pods's code changed
+    (measured at b9ac3c4 too); any other failure, or a second abort, fails the test."""
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0 and ABORT in done.stderr:
+        done = subprocess.run(command, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    return done
+
+
 def test_two_processes_keep_their_own_groups(tiny_model_dir, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT / "src")}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node", "2", str(HERE / "trl_contract.py"),
                "--model", tiny_model_dir, "--out", str(tmp_path)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    done = launch_trl(command, env, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["world"] for r in ranks] == [2, 2]
@@ -244,7 +259,7 @@ def test_vllm_colocate_mode_keeps_the_contract(vllm_model_dir, tmp_path, procs):
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node", str(procs), str(HERE / "trl_contract.py"),
                "--model", vllm_model_dir, "--out", str(tmp_path), "--vllm-colocate"]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400)
+    done = launch_trl(command, env, timeout=400)
     assert done.returncode == 0, done.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(procs)]
     for rec in ranks:
