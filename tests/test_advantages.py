@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from pods.advantages import group_advantages
+from pods.advantages import group_advantages, masked_group_advantages
 
 
 def test_group_scale_worked_numbers():
@@ -57,3 +57,34 @@ def test_errors(kwargs, message):
 def test_rejects_wrong_shape():
     with pytest.raises(ValueError, match=r"\[P, m\]"):
         group_advantages(torch.ones(3))
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+@pytest.mark.parametrize("correction", [0, 1])
+def test_masked_advantages_equal_those_of_each_groups_kept_rollouts(scale, correction):
+    g = torch.Generator().manual_seed(0)
+    rewards = torch.randint(0, 3, (6, 8), generator=g).float()
+    rewards[1] = 2.0  # a group without variance
+    keep = torch.rand(6, 8, generator=g) < 0.5
+    keep[0] = False  # keeps nothing
+    keep[2] = torch.arange(8) == 3  # keeps one
+    got = masked_group_advantages(rewards, keep, scale=scale, std_correction=correction)
+    assert (got[~keep] == 0).all()
+    if scale == "batch":  # one std over every kept reward: GRPO over all groups at once
+        kept = rewards[keep]
+        std = kept.std(correction=correction)
+    for p in range(6):
+        row = rewards[p][keep[p]].unsqueeze(0)  # [1, k]
+        if row.shape[1] == 0:
+            continue
+        want = group_advantages(row, scale="none" if scale == "batch" else scale,
+                                std_correction=correction)[0]
+        if scale == "batch":
+            want = want / (std + 1e-4)
+        torch.testing.assert_close(got[p][keep[p]], want, rtol=1e-5, atol=1e-6)
+    assert (got[1] == 0).all() and (got[2] == 0).all()  # no variance: exact zeros
+
+
+def test_masked_advantages_reject_mismatched_shapes():
+    with pytest.raises(ValueError, match=r"rewards and keep must both have shape \[P, n\]"):
+        masked_group_advantages(torch.zeros(2, 4), torch.ones(2, 3, dtype=torch.bool))

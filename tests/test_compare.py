@@ -82,7 +82,8 @@ def make_comparison(tmp_path: Path) -> Path:
     write_run(tmp_path / "pods" / "seed0", [(0, 0.5), (8, 0.9), (16, 0.9)],
               [{"step": 4, "time": 16, "mem/peak_rss_mb": 200}])
     write_run(tmp_path / "pods" / "seed1", [(0, 0.5), (8, 0.7), (16, 0.9)],
-              [{"step": 4, "time": 16, "mem/peak_rss_mb": 210}])
+              [{"step": 4, "time": 16, "mem/peak_rss_mb": 210, "rollout/completion_len": 7.0,
+                "select/completion_len": 5.0}])
     write_run(tmp_path / "slow" / "seed0", [(0, 0.5), (20, 0.6), (40, 0.75)])
     return tmp_path
 
@@ -113,11 +114,47 @@ def test_summary_speedup_worked_numbers(tmp_path, capsys):
 
     assert json.loads((tmp_path / "summary.json").read_text()) == list(rows.values())
     table = (tmp_path / "summary.md").read_text()
-    assert "| pods | 2 | 90.0 | 16.0 | 8.0 | 3.75x | 1 | 90.0 | 4.000 | - | - | 210 | - |" in table
+    assert p["completion_len"] == 7.0 and p["kept_completion_len"] == 5.0
+    assert "| time to grpo peak (s) | speed-up vs grpo | steps to grpo peak |" in table
+    assert "| pods | 2 | 90.0 | 16.0 | 8.0 | 3.75x | 1 | 90.0 | 4.000 | - | - | 7.0 | 210 | - |" \
+        in table
     assert "| slow | 1 | 75.0 | 40.0 | never | never | never | 75.0 |" in table
     assert table in capsys.readouterr().out
     png = (tmp_path / "curves.png").read_bytes()
     assert png.startswith(PNG) and len(png) > 5000
+
+
+def test_two_baselines_each_get_a_speedup(tmp_path):
+    """The paper's two comparisons in one spec: PODS against GRPO with fewer rollouts and
+    against GRPO-GA on all of them."""
+    make_comparison(tmp_path)
+    spec = yaml.safe_load((tmp_path / "compare.yaml").read_text())
+    spec["baseline"] = ["grpo", "slow"]
+    (tmp_path / "compare.yaml").write_text(yaml.safe_dump(spec))
+    rows = {r["variant"]: r for r in summarize(tmp_path)}
+    p = rows["pods"]
+    # the first baseline stays the row's own speed-up
+    assert p["speedup"] == pytest.approx(30 / 8) and p["vs"]["grpo"]["speedup"] == p["speedup"]
+    # slow peaks (.75) at 40 s; pods first reaches .75 at 8 s (mean .8): 5x, at step 1;
+    # grpo reaches .75 at 30 s (mean .8): 40/30
+    assert p["vs"]["slow"] == {"time_to_peak": 8, "speedup": 5.0, "steps_to_peak": 1}
+    assert rows["grpo"]["vs"]["slow"]["speedup"] == pytest.approx(40 / 30)
+    assert rows["slow"]["vs"]["slow"]["speedup"] == 1.0
+    assert rows["slow"]["vs"]["grpo"]["speedup"] is None  # never reaches .8
+    table = (tmp_path / "summary.md").read_text()
+    assert "| speed-up vs grpo | steps to grpo peak | time to slow peak (s) | speed-up vs " \
+           "slow |" in table
+    assert "| pods | 2 | 90.0 | 16.0 | 8.0 | 3.75x | 1 | 8.0 | 5.00x | 1 | 90.0 |" in table
+
+
+def test_spec_takes_a_list_of_baselines(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text("seeds: 1\nbaseline: [a, b]\nvariants: {a: {}, b: {}, c: {}}\n")
+    spec = load_spec(path)
+    assert spec.baseline == ("a", "b") and spec.to_dict()["baseline"] == ["a", "b"]
+    path.write_text("seeds: 1\nbaseline: [a, d]\nvariants: {a: {}, b: {}}\n")
+    with pytest.raises(ValueError, match="baseline 'd' is not a variant; use one of a, b"):
+        load_spec(path)
 
 
 def test_baseline_peaking_at_time_zero_gives_no_speedup(tmp_path):
@@ -169,8 +206,8 @@ def test_run_compare_order_overrides_and_resume(tmp_path, capsys):
                         tracker_group="cmp-pods") == calls[3]
     rows = json.loads((out / "summary.json").read_text())
     assert [r["variant"] for r in rows] == ["grpo", "pods"]
-    assert capsys.readouterr().out.endswith(  # the comparison ends with its table
-        (out / "summary.md").read_text() + "\n" +
+    assert capsys.readouterr().out.endswith(  # the comparison ends with its table, once
+        (out / "summary.md").read_text() +
         f"summary: {out / 'summary.md'}, curves: {out / 'curves.png'}\n")
     assert rows[1]["speedup"] == 1.0  # grpo peaks (.08) at 1 s; pods passes .08 at 1 s too
 

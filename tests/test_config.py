@@ -7,6 +7,11 @@ from pods.config import TrainConfig, add_config_flags, config_from_args, from_di
 
 @pytest.mark.parametrize("overrides, message", [
     (dict(n=16, m=32), r"m=32 is larger than n=16.*--m 16"),
+    (dict(selection="prompt"), "unknown selection 'prompt'; use one of group, batch"),
+    (dict(selection="batch", rule="random"), "selection batch chooses max-variance subsets "
+                                             "of any size, not rule 'random'"),
+    (dict(max_kept_per_group=8), "max_kept_per_group=8 needs selection batch"),
+    (dict(selection="batch", n=16, max_kept_per_group=17), "from 2 to n=16"),
     (dict(m=0), "m=0 must be at least 1"),
     (dict(rule="max_var"),
      "unknown rule 'max_var'; use one of max_abs_advantage, max_reward, max_variance"),

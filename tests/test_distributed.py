@@ -33,6 +33,18 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path):
     assert kinds == ["eval", "step", "step", "step", "eval", "done"]  # rank 0 wrote, once
 
 
+def test_batch_selection_on_two_processes_matches_one(tiny_model_dir, tmp_path):
+    """selection=batch: every rank allocates the same P*m rows from the gathered rewards;
+    ranks keeping fewer rows are padded with masked rows, and the run equals one process
+    (sequence-normalised loss over the rows kept on all ranks)."""
+    fields = dict(max_steps=3, selection="batch", n=8, m=2, temperature=2.0)
+    pods(train_args(tiny_model_dir, tmp_path, "one", **fields), procs=1)
+    pods(train_args(tiny_model_dir, tmp_path, "two", **fields), procs=2)
+    assert_same_run(tmp_path / "one", tmp_path / "two", step=3)
+    steps = read_metrics(tmp_path / "two" / "metrics.jsonl", "step")
+    assert any(r["select/pad_rows"] > 0 for r in steps)  # the ranks kept unequal numbers
+
+
 def test_accelerate_launch_runs_the_same(tiny_model_dir, tmp_path):
     fields = dict(max_steps=2)
     pods(train_args(tiny_model_dir, tmp_path, "one", **fields), procs=1)

@@ -2,6 +2,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from pods import selection as selection_module
 from pods import trainer as trainer_module
 from pods.config import TrainConfig
 from pods.metrics import read_metrics
@@ -54,26 +55,66 @@ def test_update_sees_only_the_kept_rollouts(tiny_model_dir, tmp_path, monkeypatc
     seen = []
     real = trainer_module.policy_update
 
-    def spy(model, ref, optimizer, batch, advantages, cfg, dist):
-        seen.append((batch.completion_ids.shape[0], advantages.shape[0]))
-        return real(model, ref, optimizer, batch, advantages, cfg, dist)
+    def spy(model, ref, optimizer, batch, advantages, cfg, dist, kept):
+        seen.append((batch.completion_ids.shape[0], advantages.shape[0], kept))
+        return real(model, ref, optimizer, batch, advantages, cfg, dist, kept)
 
     monkeypatch.setattr(trainer_module, "policy_update", spy)
     train(config(tiny_model_dir, tmp_path, prompts_per_step=3, n=8, m=3))
-    assert seen == [(9, 9), (9, 9)]  # P*m = 3*3 of the P*n = 24 generated
+    assert seen == [(9, 9, 9), (9, 9, 9)]  # P*m = 3*3 of the P*n = 24 generated
+
+
+def test_batch_selection_keeps_p_times_m_across_groups(tiny_model_dir, tmp_path, monkeypatch):
+    """selection=batch: at most P*m rows reach the update, no group keeps 1, a group
+    without variance keeps none, and the advantages are those of each group's kept ones."""
+    seen = []
+    real = selection_module.batch_max_variance
+
+    def spy(rewards, budget, max_per_group):
+        keep = real(rewards, budget, max_per_group)
+        seen.append((rewards, keep))
+        return keep
+
+    monkeypatch.setattr(selection_module, "batch_max_variance", spy)
+    run = train(config(tiny_model_dir, tmp_path, prompts_per_step=4, n=8, m=3, max_steps=3,
+                       selection="batch", temperature=2.0))
+    steps = read_metrics(run / "metrics.jsonl", "step")
+    for (rewards, keep), record in zip(seen, steps, strict=True):
+        assert keep.shape == (4, 8) and int(keep.sum()) <= 12  # P * m
+        sizes = keep.sum(1)
+        assert ((sizes == 0) | (sizes >= 2)).all()
+        flat = rewards.amax(1) == rewards.amin(1)
+        assert (sizes[flat] == 0).all()
+        assert record["select/kept"] == int(keep.sum())
+        assert record["select/zero_var_frac"] == 0.0  # a kept group always has contrast
+    assert any(int(keep.sum()) == 12 for _, keep in seen)  # the budget is used
+
+
+def test_a_step_that_keeps_nothing_skips_the_update(tiny_model_dir, tmp_path, monkeypatch):
+    """Batch selection when every group's rewards are equal: nothing is kept, no optimizer
+    step is taken, the model stays as it was, and the step is still logged."""
+    monkeypatch.setattr(trainer_module.Scorer, "rewards",
+                        lambda self, texts, problems, n: (torch.zeros(len(problems), n), 0))
+    run = train(config(tiny_model_dir, tmp_path, selection="batch"))
+    steps = read_metrics(run / "metrics.jsonl", "step")
+    assert [r["select/kept"] for r in steps] == [0, 0]
+    assert not any(key.startswith("loss/") for r in steps for key in r)
+    before, after = weights(tiny_model_dir), weights(run / "checkpoints" / "step_000002" / "model")
+    for k in before:
+        torch.testing.assert_close(after[k], before[k], rtol=0, atol=0)
 
 
 def test_length_rules_get_each_rollouts_completion_length(tiny_model_dir, tmp_path,
                                                          monkeypatch):
     seen = []
-    real = trainer_module.downsample
+    real = selection_module.downsample
 
     def spy(rewards, m, rule, generator=None, lengths=None):
         idx = real(rewards, m, rule, generator, lengths=lengths)
         seen.append((lengths, idx))
         return idx
 
-    monkeypatch.setattr(trainer_module, "downsample", spy)
+    monkeypatch.setattr(selection_module, "downsample", spy)
     train(config(tiny_model_dir, tmp_path, prompts_per_step=3, n=8, m=3, rule="shortest",
                  max_new_tokens=8, temperature=2.0))
     lengths, idx = seen[0]

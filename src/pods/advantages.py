@@ -62,3 +62,45 @@ def _std(x: Tensor, correction: int, dim: int) -> Tensor:
     if x.shape[dim] <= correction:
         return torch.zeros_like(x.narrow(dim, 0, 1))
     return x.std(dim=dim, correction=correction, keepdim=True)
+
+
+def masked_group_advantages(
+    rewards: Tensor,
+    keep: Tensor,
+    *,
+    scale: Scale = "group",
+    std_correction: int = 1,
+    eps: float = 1e-4,
+) -> Tensor:
+    """``group_advantages`` over a ragged selection: each group's kept rollouts only, where
+    groups keep different numbers (batch-level selection, ``pods.batch_downsample``).
+
+    rewards: [P, n] all rewards; keep: [P, n] bool, the kept rollouts (a group may keep none).
+    Row g's kept entries get what ``group_advantages`` gives for ``rewards[g][keep[g]]`` (to
+    float rounding; exact zeros for a group whose kept rewards are equal), with "batch"
+    taking one std over all kept rewards.
+    Returns [P, n], 0 where not kept.
+    """
+    if scale not in SCALES:
+        raise ValueError(f"unknown advantage scale {scale!r}; use one of {', '.join(SCALES)}.")
+    if rewards.shape != keep.shape or rewards.dim() != 2:
+        raise ValueError(f"rewards and keep must both have shape [P, n], got "
+                         f"{tuple(rewards.shape)} and {tuple(keep.shape)}.")
+    rewards = rewards.float() if not rewards.is_floating_point() else rewards
+    w = keep.to(rewards.dtype)  # [P, n]
+    count = w.sum(dim=1, keepdim=True)  # [P, 1] k_g
+    mean = (rewards * w).sum(dim=1, keepdim=True) / count.clamp(min=1)  # [P, 1]
+    centred = (rewards - mean) * w  # [P, n]
+    big, inf = torch.finfo(rewards.dtype).max, torch.inf
+    top = rewards.masked_fill(~keep, -inf).amax(dim=1, keepdim=True)  # [P, 1]
+    flat = top == rewards.masked_fill(~keep, big).amin(dim=1, keepdim=True)  # [P, 1]
+    centred = centred.masked_fill(flat, 0.0)  # exact zeros, as in group_advantages
+    if scale == "none":
+        return centred
+    if scale == "group":
+        dof = (count - std_correction).clamp(min=1)  # [P, 1]
+        var = (centred * centred).sum(dim=1, keepdim=True) / dof
+        std = torch.where(count > std_correction, var.sqrt(), torch.zeros_like(var))
+    else:
+        std = _std(rewards[keep].reshape(1, -1), std_correction, dim=1)  # [1, 1]
+    return centred / (std + eps) * w

@@ -143,7 +143,7 @@ def _compare(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if (path / "compare.yaml").is_file():
-        from pods.compare import summarize
+        from pods.summary import summarize
 
         summarize(path)
         print(f"wrote {path / 'curves.png'} and {path / 'summary.md'}")

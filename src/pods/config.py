@@ -4,7 +4,8 @@ Each field is documented once, in its ``help`` metadata; ``pods train --help`` p
 Baselines are configurations of one loop:
     GRPO        n == m                       (e.g. n=16, m=16)
     GRPO-PODS   n > m with a rule            (e.g. n=64, m=16, rule=max_variance)
-    GRPO-GA     n == m large, small micro-batch (e.g. n=64, m=64, micro_batch_size=32)
+    GRPO-GA     n == m large, small micro-batch (e.g. n=64, m=64, micro_batch_size=128)
+    batch-level n > m, selection=batch: P*m kept across the step's prompts (beyond the paper)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pods.loss import NORMS
 from pods.policy import DTYPES
 from pods.rollout import ENGINES
 from pods.scoring import POLICIES
+from pods.selection import SCOPES
 from pods.tracking import TRACKERS, unknown_trackers
 
 
@@ -77,6 +79,12 @@ class TrainConfig:
     n: int = _f(64, "Rollouts generated per prompt.")
     m: int = _f(16, "Rollouts kept per prompt for the update (m == n is plain GRPO).")
     rule: str = _f("max_variance", "Down-sampling rule; see pods.downsample.RULES.")
+    selection: str = _f("group", "group: keep m of each prompt's n (the paper); batch: keep "
+                        "P*m in all, across the step's prompts, maximising the total "
+                        "within-group reward variance mass (0 or 2+ per prompt; beyond the "
+                        "paper, needs rule max_variance; see pods.batch_downsample).")
+    max_kept_per_group: int | None = _f(None, "selection batch: most rollouts one prompt may "
+                                        "keep; None = n.")
     # optimisation
     lr: float = _f(3e-4, "AdamW learning rate (constant).")
     weight_decay: float = _f(0.0, "AdamW weight decay.")
@@ -199,6 +207,15 @@ def _problems(c: TrainConfig):
               f"(set --m {c.n} or raise --n)."
     if c.rule not in RULES:
         yield f"unknown rule {c.rule!r}; use one of {', '.join(sorted(RULES))}."
+    if c.selection not in SCOPES:
+        yield f"unknown selection {c.selection!r}; use one of {', '.join(SCOPES)}."
+    if c.selection == "batch" and c.rule != "max_variance":
+        yield f"selection batch chooses max-variance subsets of any size, not rule " \
+              f"{c.rule!r}; set rule max_variance or selection group."
+    if c.max_kept_per_group is not None and (c.selection != "batch" or
+                                             not 2 <= c.max_kept_per_group <= c.n):
+        yield f"max_kept_per_group={c.max_kept_per_group} needs selection batch and a value " \
+              f"from 2 to n={c.n} (or None)."
     if c.task not in TASKS:
         yield f"unknown task {c.task!r}; use one of {', '.join(sorted(TASKS))}."
     if c.loss_norm not in NORMS:

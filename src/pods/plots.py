@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from pods.metrics import read_metrics
 
 if TYPE_CHECKING:
-    from pods.compare import Curve
+    from pods.summary import Curve
 
 Z95 = 1.96  # band half-width in standard errors: a 95% normal interval
 

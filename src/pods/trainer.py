@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pods.advantages import group_advantages
 from pods.checkpoint import (
     CheckpointWriteError,
     complete_checkpoints,
@@ -31,7 +30,6 @@ from pods.checkpoint import (
 )
 from pods.config import TrainConfig, from_dict, load_yaml, save_yaml
 from pods.distributed import Dist, RankFailure, launched_world_size
-from pods.downsample import downsample
 from pods.evaluation import evaluate
 from pods.grading import grading_stats
 from pods.metrics import MetricsWriter, run_summary, truncate_metrics
@@ -40,6 +38,7 @@ from pods.progress import Clock, Progress, plot_curve
 from pods.prompts import drop_long_prompts, render_prompts
 from pods.rollout import make_engine, resolve_engine, sample_keys
 from pods.scoring import Scorer
+from pods.selection import rank_batch, select, selection_stats
 from pods.tasks import get_task
 from pods.tracking import Trackers, check_installed
 from pods.update import peak_memory_mb, policy_update
@@ -132,16 +131,17 @@ class Trainer:
             rewards = self.dist.gather(local)  # [P, n], the same on every rank
             lengths = self.dist.gather(  # [P, n] completion tokens, for the length rules
                 rollouts.completion_mask.sum(1).view(-1, n).float().cpu())
-            idx = downsample(rewards, cfg.m, cfg.rule, generator=self.select_gen,
-                             lengths=lengths)  # [P, m]
-            kept = rewards.gather(1, idx)  # [P, m]
-            advantages = group_advantages(kept, scale=cfg.adv_scale)[mine]  # [P_r, m]
-            rows = (torch.arange(local.shape[0]).unsqueeze(1) * n + idx[mine]).flatten()
-            batch = rollouts.select(rows)  # [P_r*m] of this rank's P_r*n
+            keep, advantages = select(rewards, cfg.m, cfg.rule, scope=cfg.selection,
+                                      max_per_group=cfg.max_kept_per_group,
+                                      generator=self.select_gen, lengths=lengths,
+                                      adv_scale=cfg.adv_scale)  # [P, n] each
+            batch, advantages = rank_batch(rollouts, keep, advantages, self.dist.rank,
+                                           self.dist.world)  # this rank's kept rows [K]
         self.updating = True  # from here a failure leaves the weights half-updated
         with self.clock.phase("update"), self.rollout.asleep():
             losses = policy_update(self.wrapped, self.ref_model, self.optimizer, batch,
-                                   advantages.flatten().to(self.device), cfg, self.dist)
+                                   advantages.to(self.device), cfg, self.dist,
+                                   kept=int(keep.sum())) if keep.any() else {}
         with self.clock.phase("sync"):  # the engine samples the next step from new weights
             self.rollout.sync_weights(self.model)
         self.step_count += 1
@@ -159,11 +159,7 @@ class Trainer:
             "rollout/completion_len": shared["rollout/completion_len"] / self.dist.world,
             "rollout/grading_failures": int(shared["rollout/grading_failures"]),
             "rollout/reward_errors": int(shared["rollout/reward_errors"]),
-            "select/reward_mean": kept.mean().item(),
-            "select/var_full": rewards.var(dim=1, correction=0).mean().item(),
-            "select/var_kept": kept.var(dim=1, correction=0).mean().item(),
-            "select/zero_var_frac_full": (rewards.amax(1) == rewards.amin(1)).float().mean().item(),
-            "select/zero_var_frac": (kept.amax(1) == kept.amin(1)).float().mean().item(),
+            **selection_stats(rewards, keep, lengths, self.dist.world),
             **losses, **slowest, "time/step": self.clock.seconds - step_start,
         }
 

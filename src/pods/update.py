@@ -41,7 +41,7 @@ def _reference_logprobs(model, ref_model, batch: Rollouts, parts: list[slice],
 
 
 def policy_update(model, ref_model, optimizer, batch: Rollouts, advantages: Tensor,
-                  cfg, dist: Dist | None = None) -> dict[str, float]:
+                  cfg, dist: Dist | None = None, kept: int | None = None) -> dict[str, float]:
     """``cfg.num_iterations`` optimizer steps on ``batch`` (B kept rollouts, advantages [B]),
     each accumulating gradients over micro-batches. Returns the mean loss stats, and
     ``rollout/logprob_gap`` where the engine returned its sampled log-probs: the mean
@@ -50,7 +50,9 @@ def policy_update(model, ref_model, optimizer, batch: Rollouts, advantages: Tens
 
     With ``dist`` (data parallel, W ranks), ``batch`` is this rank's share of the kept
     rollouts and the engine averages the W gradients; each rank's loss is normalised by
-    the whole batch's normaliser / W, so the average is exactly the one-process loss."""
+    the whole batch's normaliser / W, so the average is exactly the one-process loss.
+    ``kept`` is the whole batch's number of kept rollouts over the ranks (default B * W);
+    rows beyond it are padding with a zero completion mask (``pods.selection.rank_batch``)."""
     dist = dist or Dist(world=1)
     base = dist.unwrap(model)  # no-grad passes and the LoRA switch skip the engine wrapper
     B = advantages.shape[0]
@@ -59,8 +61,10 @@ def policy_update(model, ref_model, optimizer, batch: Rollouts, advantages: Tens
     if cfg.loss_norm == "token":  # the whole batch's tokens, summed over the ranks
         tokens = dist.reduce({"tokens": mask.sum().item()}, "sum")["tokens"]
         normalizer = max(tokens, 1.0) / dist.world
-    else:  # per rank B = (P*m) / W sequences: the one-process normaliser / W already
-        normalizer = B * (cfg.max_new_tokens if cfg.loss_norm == "constant" else 1)
+    else:  # the one-process normaliser (kept sequences) / W
+        kept = B * dist.world if kept is None else kept
+        normalizer = kept / dist.world * (cfg.max_new_tokens if cfg.loss_norm == "constant"
+                                          else 1)
     old = _frozen_logprobs(base, batch, parts, cfg.temperature) \
         if cfg.num_iterations > 1 else None  # [B, Lc] the sampling policy, kept fixed
     ref = _reference_logprobs(base, ref_model, batch, parts, cfg.temperature) \
