@@ -8,6 +8,11 @@ from pods.config import TrainConfig, add_config_flags, config_from_args, from_di
 @pytest.mark.parametrize("overrides, message", [
     (dict(n=16, m=32), r"m=32 is larger than n=16.*--m 16"),
     (dict(selection="prompt"), "unknown selection 'prompt'; use one of group, batch"),
+    (dict(code_test_timeout=0.0), "code_test_timeout must be positive"),
+    (dict(code_memory_mb=16), "code_memory_mb at least 32"),
+    (dict(code_max_tests=0), r"code_max_tests=0 must be at least 1 \(or None\)"),
+    (dict(sandbox_workers=0), r"sandbox_workers=0 must be at least 1"),
+    (dict(code_reward="some"), "unknown code_reward 'some'; use fraction or all"),
     (dict(selection="batch", rule="random"), "selection batch chooses max-variance subsets "
                                              "of any size, not rule 'random'"),
     (dict(max_kept_per_group=8), "max_kept_per_group=8 needs selection batch"),

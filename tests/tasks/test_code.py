@@ -144,6 +144,71 @@ def test_training_on_code_fixtures_with_a_chat_model(name, chat_model_dir, tmp_p
     assert len(read_metrics(run / "metrics.jsonl", "step")) == 2
 
 
+def test_the_training_loop_runs_model_written_programs_in_the_sandbox(chat_model_dir,
+                                                                      tmp_path, monkeypatch):
+    """An untrained model cannot write a program in 8 tokens, so every reward above would be
+    0 without running anything. Here the engine's completions (their texts, which are what
+    the reward reads) are replaced: rollouts 0, 2, ... by MBPP's reference solution of their
+    prompt, the others by a wrong one. Each step's rewards must then be 1 and 0 exactly: the
+    programs ran in the sandbox inside the loop, and the selection saw their contrast; the
+    evaluation (one rollout per problem: the reference) passes every test."""
+    from pods.config import TrainConfig
+    from pods.metrics import read_metrics
+    from pods.rollout.hf import HFEngine
+    from pods.trainer import train
+
+    rows = [json.loads(line) for split in ("train", "test")
+            for line in (FIXTURE_DATA / "mbpp" / f"{split}.jsonl").open()]
+    real = HFEngine.generate
+
+    def programs(self, prompts, n, *args, **kwargs):
+        rollouts = real(self, prompts, n, *args, **kwargs)
+        for i, prompt in enumerate(prompts):
+            row = next(r for r in rows if r["text"] in prompt)
+            wrong = row["code"].replace("return", "return None and", 1)
+            for j in range(n):
+                program = row["code"] if j % 2 == 0 else wrong
+                rollouts.texts[i * n + j] = f"```python\n{program}\n```"
+        return rollouts
+
+    monkeypatch.setattr(HFEngine, "generate", programs)
+    cfg = TrainConfig(model=chat_model_dir, task="mbpp", data_dir=DATA, prompts_per_step=2,
+                      n=4, m=2, max_new_tokens=8, max_steps=2, max_time=None, eval_size=2,
+                      out_dir=str(tmp_path), run_name="programs", progress=False,
+                      max_prompt_tokens=1000, sandbox_workers=2)
+    run = train(cfg)
+    steps = read_metrics(run / "metrics.jsonl", "step")
+    assert [r["rollout/reward_mean"] for r in steps] == [0.5, 0.5]  # half pass every test
+    assert all(r["select/var_kept"] == 0.25 for r in steps)  # max-variance: one of each
+    evals = read_metrics(run / "metrics.jsonl", "eval")  # one rollout each: the reference
+    assert [r["eval/accuracy"] for r in evals] == [1.0, 1.0]  # pass@1, every test run
+
+
+def test_per_test_timeout_is_the_config_field(tmp_path):
+    """A solution that takes 1 s per test passes under code_test_timeout 3 and fails
+    under 0.5."""
+    slow = "```python\nimport time\ntime.sleep(1.0)\ndef square(x):\n    return x * x\n```"
+    patient = task("mbpp", code_test_timeout=3.0, code_max_tests=1)
+    hasty = task("mbpp", code_test_timeout=0.5, code_max_tests=1)
+    problem = next(p for p in patient.train() if "square" in p.prompt)
+    assert patient.reward(slow, problem) == 1.0
+    assert hasty.reward(slow, problem) == 0.0
+
+
+def test_prompts_with_a_chat_template(chat_model_dir):
+    from transformers import AutoTokenizer
+
+    from pods.prompts import render_prompts
+    from pods.tasks.code import SYSTEM_PROMPT
+
+    code = task("mbpp")
+    texts, special = render_prompts(AutoTokenizer.from_pretrained(chat_model_dir), code,
+                                    code.test())
+    assert special is False and texts[0].startswith("<|im_start|>system\n" + SYSTEM_PROMPT)
+    assert f"<|im_start|>user\n{code.test()[0].prompt}<|im_end|>" in texts[0]
+    assert "```python" in SYSTEM_PROMPT  # the answer format it asks for
+
+
 def test_a_machine_without_a_sandbox_is_refused_before_any_model_loads(monkeypatch):
     import pods.sandbox.isolation as isolation
     from pods.sandbox import SandboxUnavailable
