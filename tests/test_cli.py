@@ -130,3 +130,35 @@ def test_hard_kill_then_resume(tiny_model_dir, tmp_path):
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text()
              .splitlines() if '"kind": "step"' in line]
     assert steps == list(range(1, saved + 3))  # redone from the checkpoint, no duplicates
+
+
+def test_a_raising_user_reward_stops_with_one_line_and_a_checkpoint(tiny_model_dir, tmp_path):
+    """`pods train` on a custom task whose reward function (user code) raises on its 20th
+    call, after the first step: one error line naming the function, the exception and the
+    problem, no traceback, a checkpoint of the last complete step and the resume command."""
+    data = tmp_path / "problems.jsonl"
+    data.write_text("".join(f'{{"prompt": "{i}", "answer": "{i % 2}"}}\n' for i in range(20)))
+    (tmp_path / "flaky_reward.py").write_text(
+        "calls = []\n"
+        "def score(completion, answer):\n"
+        "    calls.append(1)\n"
+        "    if len(calls) == 20:\n"
+        "        raise KeyError('score')\n"
+        "    return float(answer in completion)\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pods", "train", "--model", tiny_model_dir, "--task", "custom",
+         "--data-file", str(data), "--reward-fn", "flaky_reward:score", "--eval-size", "2",
+         "--max-steps", "3", "--out-dir", str(tmp_path), "--run-name", "r", *TINY[:8],
+         "--max-new-tokens", "4", "--progress", "false"],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    error = [line for line in done.stderr.splitlines() if line.startswith("pods train: error")]
+    assert len(error) == 1
+    assert "reward function flaky_reward:score raised KeyError: 'score'; problem '" in error[0]
+    stopped = re.search(r"stopped \(RewardError\) after step (\d+)", done.stdout)
+    assert stopped and int(stopped[1]) >= 1, done.stdout
+    latest = (tmp_path / "r" / "checkpoints" / "latest").read_text()
+    assert latest == f"step_{int(stopped[1]):06d}"
+    assert f"pods train --resume {tmp_path / 'r'}" in done.stdout

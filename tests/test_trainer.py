@@ -301,23 +301,51 @@ def test_resume_falls_back_when_the_newest_checkpoint_cannot_be_read(tiny_model_
 
 def test_a_failed_checkpoint_write_keeps_the_previous_one(tiny_model_dir, tmp_path,
                                                           monkeypatch):
-    import errno
+    """A write that fails inside the real writers (safetensors, torch.save), as on a full
+    disk: a file-size limit (RLIMIT_FSIZE) set just before the checkpoint of step 3 makes
+    the first large file's write fail with EFBIG. The partial copy goes, the previous
+    checkpoint stays, the error is one readable line, and the run goes on from it."""
+    import resource
+    import signal
 
-    import pods.checkpoint
     from pods.checkpoint import CheckpointWriteError, latest_checkpoint
 
     run = train(config(tiny_model_dir, tmp_path, max_steps=2))
-    real_save = pods.checkpoint.torch.save
+    real_finish = trainer_module.finish_checkpoint
 
-    def disk_full(*args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device")
+    def on_a_full_disk(*args, **kwargs):
+        limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, limits[1]))
+        try:
+            return real_finish(*args, **kwargs)
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, limits)
 
-    monkeypatch.setattr(pods.checkpoint.torch, "save", disk_full)
-    with pytest.raises(CheckpointWriteError, match=r"could not write the checkpoint of step "
-                       r"3 .*No space left on device.*step_000002, is intact"):
-        resume(run, {"max_steps": 3})
-    monkeypatch.setattr(pods.checkpoint.torch, "save", real_save)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, not a kill
+    monkeypatch.setattr(trainer_module, "finish_checkpoint", on_a_full_disk)
+    try:
+        with pytest.raises(CheckpointWriteError, match=r"could not write the checkpoint of "
+                           r"step 3 .*(File too large|SafetensorError|RuntimeError).*"
+                           r"step_000002, is intact"):
+            resume(run, {"max_steps": 3})
+    finally:
+        signal.signal(signal.SIGXFSZ, old_handler)
+    monkeypatch.setattr(trainer_module, "finish_checkpoint", real_finish)
     assert latest_checkpoint(run).name == "step_000002"
     assert not list((run / "checkpoints").glob(".tmp_*"))  # the partial copy is gone
     resume(run, {"max_steps": 3})  # and the run goes on from it
     assert (run / "checkpoints" / "latest").read_text() == "step_000003"
+
+
+def test_a_raising_reward_under_zero_is_scored_zero_at_the_step_it_raises(
+        tiny_model_dir, tmp_path, monkeypatch):
+    """--reward-errors zero with a reward that raises (not only NaN), at step 2 of 3."""
+    evals, per_step = 12, 3 * 6  # reward calls: the first evaluation, then P*n per step
+    _score_with(monkeypatch, FailsOnCall(evals + per_step + 4))
+    said = []
+    run = train(config(tiny_model_dir, tmp_path, max_steps=3, reward_errors="zero"),
+                log=lambda *a, **k: said.append(str(a[0])))
+    steps = read_metrics(run / "metrics.jsonl", "step")
+    assert [r["rollout/reward_errors"] for r in steps] == [0, 1, 0]
+    warnings = [line for line in said if "reward_errors=zero" in line]
+    assert len(warnings) == 1 and "raised RuntimeError: judge timed out" in warnings[0]

@@ -85,6 +85,20 @@ def complete_checkpoints(run_dir: str | Path) -> list[Path]:
     return ([newest] if newest is not None else []) + others
 
 
+def _write_errors() -> tuple[type[BaseException], ...]:
+    """What the writers raise when a write fails (a full disk, a file-size limit): OSError
+    from Python's own files, RuntimeError from torch.save's zip writer, SafetensorError from
+    safetensors (save_pretrained's weights)."""
+    try:
+        from safetensors import SafetensorError
+    except ImportError:  # the core install has no model writer
+        return OSError, RuntimeError
+    return OSError, RuntimeError, SafetensorError
+
+
+WRITE_ERRORS = _write_errors()
+
+
 class CheckpointWriteError(RuntimeError):
     """A checkpoint could not be written (a full disk, say); the previous one is intact."""
 

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from pods.checkpoint import (
+    WRITE_ERRORS,
     CheckpointWriteError,
     complete_checkpoints,
     finish_checkpoint,
@@ -194,7 +195,8 @@ class Trainer:
         except Exception as error:
             if self.dist.world > 1:
                 raise RankFailure(self._stopped(f"{type(error).__name__}: {error}")) from error
-            self._stop_with_checkpoint(type(error).__name__)
+            if not isinstance(error, CheckpointWriteError):  # else the same write again
+                self._stop_with_checkpoint(type(error).__name__)
             raise
         finally:
             progress.close()
@@ -279,12 +281,13 @@ class Trainer:
             if dist.is_main:
                 path = finish_checkpoint(self.run_dir, step, self.model, self.tokenizer,
                                          state, weights)
-        except OSError as error:  # a full disk, say: drop the partial copy, keep the last
+        except WRITE_ERRORS as error:  # a full disk, say: drop the partial copy, keep the last
             shutil.rmtree(staging_dir(self.run_dir, step), ignore_errors=True)
+            why = getattr(error, "strerror", None) or f"{type(error).__name__}: {error}"
             raise CheckpointWriteError(
                 f"could not write the checkpoint of step {step} in {self.run_dir} "
-                f"({error.strerror or error}); the previous checkpoint, "
-                f"{latest_checkpoint(self.run_dir)}, is intact.") from error
+                f"({why}); the previous checkpoint, {latest_checkpoint(self.run_dir)}, "
+                f"is intact.") from error
         dist.barrier()
         self.checkpointed_step = step
         while self.next_checkpoint <= self.clock.seconds:
