@@ -147,6 +147,14 @@ def test_two_baselines_each_get_a_speedup(tmp_path):
     assert "| pods | 2 | 90.0 | 16.0 | 8.0 | 3.75x | 1 | 8.0 | 5.00x | 1 | 90.0 |" in table
 
 
+def test_spec_numbers_in_yaml_exponent_form(tmp_path):
+    """`lr: 3e-4` is text to YAML 1.1; a spec takes it as the number, as a config file does."""
+    path = tmp_path / "spec.yaml"
+    path.write_text("seeds: 1\nbaseline: a\nbase: {lr: 3e-4}\nvariants: {a: {clip_eps: 2e-1}}\n")
+    spec = load_spec(path)
+    assert spec.config("a", 0).lr == 3e-4 and spec.config("a", 0).clip_eps == 0.2
+
+
 def test_spec_takes_a_list_of_baselines(tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text("seeds: 1\nbaseline: [a, b]\nvariants: {a: {}, b: {}, c: {}}\n")

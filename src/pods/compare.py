@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from pods.config import FIELDS, TrainConfig, from_dict, load_yaml, read_yaml
+from pods.config import FIELDS, TrainConfig, as_number, from_dict, load_yaml, read_yaml
 from pods.metrics import read_metrics
 from pods.summary import Curve, aggregate_curves, baseline_names, markdown_table, summarize
 
@@ -138,6 +138,8 @@ def _fields(value: Any, spec: Path) -> Any:
         return {}
     if isinstance(value, str):
         return load_yaml(spec.parent / value)
+    if isinstance(value, dict):  # YAML reads 3e-4 as text; a training config file does not
+        return {k: as_number(k, v) if k in FIELDS else v for k, v in value.items()}
     return value
 
 

@@ -323,7 +323,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
             raise ValueError(f"{where}: unknown field {name!r}; {hint}")
         if name == "report_to" and isinstance(value, list):
             value = ",".join(map(str, value))
-        data[name] = value = _as_number(name, value)
+        data[name] = value = as_number(name, value)
         problem = type_problem(name, value)
         if problem:
             raise ValueError(f"{where}: {problem}")
@@ -348,7 +348,7 @@ def type_problem(name: str, value: Any) -> str | None:
     return f"{name}={value!r} must be {_KINDS[kinds[0]]}{empty}."
 
 
-def _as_number(name: str, value: Any) -> Any:
+def as_number(name: str, value: Any) -> Any:
     """YAML 1.1 reads 3e-4 (no dot) as text: take such text as the number it spells."""
     if isinstance(value, str) and str(FIELDS[name].type).startswith("float"):
         try:

@@ -57,3 +57,36 @@ def test_no_trackers_write_nothing(tmp_path):
     trackers.write({"kind": "step", "step": 1, "time": 1.0})
     trackers.close()
     assert not list(tmp_path.iterdir())
+
+
+def test_a_failing_tracker_is_dropped_with_a_warning_and_the_run_goes_on(tmp_path, monkeypatch):
+    """A tracker that raises (its server gone, say) must not stop a long run: it is dropped
+    after one warning; the others keep logging."""
+    from pods.tracking import backends
+
+    logged = []
+
+    class Flaky:
+        def __init__(self, run, state):
+            pass
+
+        def log(self, values, step):
+            raise ConnectionError("server went away")
+
+        def close(self):
+            pass
+
+    class Fine(Flaky):
+        def log(self, values, step):
+            logged.append(step)
+
+    monkeypatch.setitem(backends.BACKENDS, "wandb", Flaky)
+    monkeypatch.setitem(backends.BACKENDS, "mlflow", Fine)
+    trackers = Trackers("wandb,mlflow", tmp_path, project="p", group=None, config={},
+                        start_step=0)
+    with pytest.warns(UserWarning, match=r"tracker Flaky failed at step 1 \(ConnectionError: "
+                                         r"server went away\)"):
+        trackers.write({"kind": "step", "step": 1, "time": 1.0})
+    trackers.write({"kind": "step", "step": 2, "time": 2.0})  # no second warning
+    trackers.close()
+    assert logged == [1, 2] and [type(b).__name__ for b in trackers.backends] == []

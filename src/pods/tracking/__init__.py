@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +89,14 @@ class Trackers:
         if record.get("kind") not in ("step", "eval") or not self.backends:
             return
         values = tracker_values(record)
-        for backend in self.backends:
-            backend.log(values, int(record["step"]))
+        for backend in list(self.backends):
+            try:
+                backend.log(values, int(record["step"]))
+            except Exception as error:  # a tracker must never cost the run: drop it, say so
+                self.backends.remove(backend)
+                warnings.warn(f"tracker {type(backend).__name__} failed at step "
+                              f"{record['step']} ({type(error).__name__}: {error}) and gets no "
+                              f"more records; metrics.jsonl still has every one.", stacklevel=2)
 
     def close(self) -> None:
         for backend in self.backends:
