@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # GSM8K: GRPO (n=16) vs GRPO-PODS (n=64, keep m=16 by max-variance) in verl's V1 trainer on
-# one GPU node, with the paper's single-GPU hyperparameters where verl has them (REFERENCE.md):
+# one GPU node, with the paper's single-GPU hyperparameters where verl has them (the paper, arXiv 2504.13818, and its official code):
 # LoRA rank/alpha 64 on all linear layers, lr 5e-6, AdamW betas (0.9, 0.99), weight decay
 # 0.1, grad clip 0.1, no KL, temperature 0.9, 512-token prompts and responses, GRPO
-# advantages normalised by the group std. Differences: verl's own GSM8K prompt and reward
-# (examples/data_preprocess/gsm8k.py), 8 prompts per step instead of 1 (verl splits a step
-# over the GPUs), 8 GPUs. NOT RUN HERE: pods's CI has no GPU; the sampler itself is tested on
-# CPU against verl 0.9.1 (tests/integrations/test_verl.py).
+# advantages normalised by the group std, the loss averaged per sequence then over
+# sequences (loss_agg_mode seq-mean-token-mean), validation sampled 5 times at T=0.9.
+# Differences: verl's own GSM8K prompt and reward (examples/data_preprocess/gsm8k.py), 8
+# prompts per step instead of 1 (verl splits a step over the GPUs), 8 GPUs, one epoch
+# instead of a 6-hour budget (verl counts steps, not training time). NOT RUN HERE: pods's
+# CI has no GPU; the sampler itself is tested on CPU against verl 0.9.1
+# (tests/integrations/test_verl.py), including verl's loading of it from this config path.
 #
 #   pip install 'pods-rl[verl]' vllm          # verl 0.9.x, with TransferQueue
 #   python examples/data_preprocess/gsm8k.py --local_save_dir ~/data/gsm8k   (verl's script)
@@ -63,11 +66,15 @@ python3 -m verl.trainer.main_ppo \
     actor_rollout_ref.actor.grad_clip=0.1 \
     actor_rollout_ref.actor.use_kl_loss=False \
     actor_rollout_ref.actor.entropy_coeff=0 \
+    actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean \
     actor_rollout_ref.actor.ppo_mini_batch_size=${PPO_MINI_BATCH_SIZE} \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 \
     actor_rollout_ref.rollout.name=vllm \
     actor_rollout_ref.rollout.n=${N} \
     actor_rollout_ref.rollout.temperature=0.9 \
+    actor_rollout_ref.rollout.val_kwargs.n=5 \
+    actor_rollout_ref.rollout.val_kwargs.temperature=0.9 \
+    actor_rollout_ref.rollout.val_kwargs.do_sample=True \
     actor_rollout_ref.rollout.gpu_memory_utilization=0.4 \
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8 \
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8 \

@@ -218,7 +218,7 @@ def _extras(fn: Rule, rule, grid: Tensor, lengths) -> dict[str, Tensor]:
     if lengths is None:
         raise ValueError(f"rule {name!r} needs each rollout's completion length: pass "
                          f"lengths=[P, n] token counts to downsample (the trainer and the "
-                         f"TRL adapter do).")
+                         f"TRL and verl adapters do).")
     lengths = torch.as_tensor(lengths, device=grid.device)
     lengths = lengths.unsqueeze(0) if lengths.dim() == 1 else lengths
     if tuple(lengths.shape) != tuple(grid.shape):

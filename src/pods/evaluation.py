@@ -1,9 +1,9 @@
 """Test-set evaluation: the same generation code as training, on held-out problems.
 
-The paper's protocol (REFERENCE.md): the whole test set is sampled k times (5) at
-temperature 0.9; each metric is computed per repeat and reported as the mean over repeats
-with its standard error (``<metric>_sem``). Metrics: answer accuracy, format accuracy (tasks
-that ask for a layout), both, and mean completion length in tokens.
+The paper's protocol (arXiv 2504.13818 and its official code): the whole test set is sampled
+k times (5) at temperature 0.9; each metric is computed per repeat and reported as the mean
+over repeats with its standard error (``<metric>_sem``). Metrics: answer accuracy, format
+accuracy (tasks that ask for a layout), both, and mean completion length in tokens.
 """
 
 from __future__ import annotations

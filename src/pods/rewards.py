@@ -1,6 +1,6 @@
 """The paper's rewards for math tasks: correctness plus small format and tag-count bonuses.
 
-As in the official single-GPU code (REFERENCE.md, "Prompt and rewards"):
+As in the official single-GPU code (the paper, arXiv 2504.13818, and its official code):
 
     reward = correctness * 1{grade(completion, gold)}          (1.0 or 0.0)
            + format      * format_score(completion)            (0.1 x a score in [0, 1])

@@ -1,12 +1,13 @@
 """A comparison's summary: mean accuracy curves over seeds, speed-ups over the baselines, the
 per-step phase times that explain them; written as summary.json, summary.md and curves.png.
 
-Protocol (REFERENCE.md, evaluation protocol): a run's accuracy is a step function of training
-time (the last evaluation at or before t); a variant's curve is the mean over seeds with a band
-of 1.96 x SEM; the speed-up of a variant over a baseline is the time the baseline takes to
-reach its own peak mean accuracy divided by the time the variant takes to reach that same
-accuracy. A spec may name several baselines (the paper compares PODS with GRPO at fewer
-rollouts and with GRPO-GA on all of them): each row then has a speed-up over each.
+Protocol (the paper, arXiv 2504.13818, and its official code): a run's accuracy is a step
+function of training time (the last evaluation at or before t); a variant's curve is the
+mean over seeds with a band of 1.96 x SEM; the speed-up of a variant over a baseline is the
+time the baseline takes to reach its own peak mean accuracy divided by the time the variant
+takes to reach that same accuracy. A spec may name several baselines (the paper compares
+PODS with GRPO at fewer rollouts and with GRPO-GA on all of them): each row then has a
+speed-up over each.
 """
 
 from __future__ import annotations

@@ -113,15 +113,20 @@ def transfer_queue():
     ray.shutdown()
 
 
-def produce(tq, partition: str, groups: dict[str, list[float]]) -> None:
+def produce(tq, partition: str, groups: dict[str, list[float]],
+            lengths: dict[str, list[int]] | None = None) -> None:
     """Trajectories with their rewards, then each prompt marked finished (as the agent loop
-    does): key ``{uid}_{session}_0``, reward on the last token of ``rm_scores``."""
+    does): key ``{uid}_{session}_0``, reward on the last token of ``rm_scores``, a
+    ``response_mask`` of ``lengths[uid][session]`` ones (default 3) of 4."""
     for uid, rewards in groups.items():
         for session, reward in enumerate(rewards):
             rm_scores = torch.zeros(3)
             rm_scores[-1] = reward
+            length = (lengths or {}).get(uid, [3] * len(rewards))[session]
+            mask = (torch.arange(4) < length).long()
             tq.kv_put(key=f"{uid}_{session}_0", partition_id=partition,
-                      fields={"input_ids": torch.tensor([1, 2, 3]), "rm_scores": rm_scores},
+                      fields={"input_ids": torch.tensor([1, 2, 3]), "rm_scores": rm_scores,
+                              "response_mask": mask},
                       tag={"is_prompt": False, "seq_len": 3, "global_steps": 0})
         tq.kv_put(key=uid, partition_id=partition,
                   tag={"is_prompt": True, "status": "finished", "global_steps": 0})
@@ -207,3 +212,48 @@ def test_length_rules_read_the_response_mask():
     assert select_batch(data, 2, "shortest").batch["row_id"].tolist() == [1, 3]
     with pytest.raises(ValueError, match="rule 'shortest' needs each rollout's completion"):
         select_batch(batch([[1.0, 0.0, 1.0]]), 2, "shortest")
+
+
+def test_replay_buffer_length_rules_read_each_trajectorys_response_mask(transfer_queue):
+    tq, partition = transfer_queue, f"train-{uuid.uuid4().hex}"
+    uid = uuid.uuid4().hex
+    produce(tq, partition, {uid: [1.0, 0.0, 1.0, 0.0]}, lengths={uid: [4, 1, 3, 2]})
+    meta, metrics = buffer(pods_m=2, pods_rule="shortest").sample(
+        global_steps=0, partition_id=partition, batch_size=1)
+    assert sorted(meta.keys) == [f"{uid}_1_0", f"{uid}_3_0"]  # lengths 1 and 2
+    assert metrics["select/completion_len"] == 1.5
+
+
+def test_replay_buffer_keeps_a_short_group_whole(transfer_queue):
+    """A group holding fewer than m trajectories (failed rollouts left out) is kept whole
+    and counted, instead of stopping the run mid-training."""
+    tq, partition = transfer_queue, f"train-{uuid.uuid4().hex}"
+    full, short = uuid.uuid4().hex, uuid.uuid4().hex
+    produce(tq, partition, {full: [0.0, 1.0, 0.0, 1.0], short: [1.0, 0.0]})
+    meta, metrics = buffer(pods_m=3).sample(global_steps=0, partition_id=partition,
+                                            batch_size=2)
+    assert sum(k.startswith(full) for k in meta.keys) == 3
+    assert sorted(k for k in meta.keys if k.startswith(short)) == [f"{short}_0_0",
+                                                                  f"{short}_1_0"]
+    assert metrics["select/short_groups"] == 1 and metrics["select/kept"] == 5
+
+
+def test_verl_loads_the_buffer_from_its_config_path():
+    """What verl's trainer does with trainer.v1.sampler.custom_sampler.{path,name}."""
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl.utils.import_utils import load_extern_type
+
+    # (deprecated in verl, but what 0.9.1's trainer_base._build_replay_buffer calls)
+    cls = load_extern_type("pkg://pods.integrations.verl", "PODSReplayBuffer")
+    assert issubclass(cls, ReplayBuffer) and cls.__name__ == "PODSReplayBuffer"
+
+
+def test_select_batch_warns_on_an_untested_verl(monkeypatch):
+    import verl
+
+    import pods.integrations.verl as adapter
+
+    monkeypatch.setattr(verl, "__version__", "0.11.0", raising=False)
+    monkeypatch.setattr(adapter, "_checked", [])
+    with pytest.warns(UserWarning, match="verl 0.11.0 is installed"):
+        adapter.select_batch(batch([[0.0, 1.0]]), 1)

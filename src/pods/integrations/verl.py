@@ -21,7 +21,10 @@ and the update then see the kept rows only. Plug it in from verl's own config::
     +trainer.v1.sampler.sampler_kwargs.pods_rule=max_variance
 
 Selection metrics (``select/var_full``, ``select/var_kept``, ``select/zero_var_frac_full``,
-``select/zero_var_frac``, as the native trainer logs them) go into verl's metric dict.
+``select/zero_var_frac``, ``select/reward_mean``, ``select/kept``, and with the length rules
+``select/completion_len``, as the native trainer logs them; ``select/short_groups``) go into
+verl's metric dict. The buffer lives in ``pods.integrations.verl_buffer`` and is imported
+from here on first use, so ``select_batch`` does not need TransferQueue.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from torch import Tensor
 from pods.downsample import RULES, downsample
 
 TESTED = ("0.9",)  # verl minor versions this adapter is tested with
+_checked: list[bool] = []  # the version warning is given once per process
 
 
 def check_verl_version() -> None:
@@ -46,6 +50,17 @@ def check_verl_version() -> None:
         warnings.warn(f"pods.integrations.verl is tested with verl {', '.join(TESTED)}.x; "
                       f"verl {version} is installed. Its replay buffer internals may differ.",
                       stacklevel=2)
+    _checked.append(True)
+
+
+def __getattr__(name: str):
+    """``PODSReplayBuffer`` is built on first use (it subclasses verl's V1 replay buffer,
+    which needs TransferQueue), so ``select_batch`` needs verl alone."""
+    if name == "PODSReplayBuffer":
+        from pods.integrations.verl_buffer import PODSReplayBuffer
+
+        return PODSReplayBuffer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def group_rows(uids: Sequence) -> list[list[int]]:
@@ -57,32 +72,41 @@ def group_rows(uids: Sequence) -> list[list[int]]:
 
 
 def select_rows(uids: Sequence, scores: Tensor, m: int, rule: str = "max_variance",
-                generator: torch.Generator | None = None,
-                lengths: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
+                generator: torch.Generator | None = None, lengths: Tensor | None = None,
+                short: str = "raise") -> tuple[Tensor, dict[str, float]]:
     """Indices of the kept rows (m per uid, each uid's rows contiguous and in original order)
     and the selection metrics. ``scores``: [rows] float; ``lengths``: [rows] response
-    tokens, for the length rules."""
+    tokens, for the length rules. A group of fewer than m rows raises (``short="raise"``) or
+    is kept whole (``"keep"``: the replay buffer, where verl leaves failed rollouts out of
+    a group), counted in ``select/short_groups``."""
     if rule not in RULES and not callable(rule):
         raise ValueError(f"unknown rule {rule!r}; use one of {', '.join(sorted(RULES))}.")
     groups = group_rows(uids)
-    short = [(uids[g[0]], len(g)) for g in groups if len(g) < m]
-    if short:
-        uid, size = short[0]
+    small = [(uids[g[0]], len(g)) for g in groups if len(g) < m]
+    if small and short == "raise":
+        uid, size = small[0]
         raise ValueError(f"uid {uid!r} has {size} rollouts, fewer than m={m} to keep "
-                         f"({len(short)} such group(s)); set m <= actor_rollout_ref.rollout.n "
+                         f"({len(small)} such group(s)); set m <= actor_rollout_ref.rollout.n "
                          f"and keep failed rollouts out of the batch.")
-    kept_rows, full, kept = [], [], []
+    kept_rows, full, kept, kept_lengths = [], [], [], []
     for size in sorted({len(g) for g in groups}):  # equal sizes: one batched call each
         same = [g for g in groups if len(g) == size]
         index = torch.tensor(same)  # [G, n]
         rewards = scores[index].float()  # [G, n]
         extra = None if lengths is None else lengths[index]  # [G, n]
-        chosen = downsample(rewards, m, rule, generator=generator, lengths=extra)  # [G, m]
+        chosen = downsample(rewards, min(m, size), rule, generator=generator,
+                            lengths=extra)  # [G, m] (all of a short group)
         kept_rows += [(g[0], index[i, chosen[i]].tolist()) for i, g in enumerate(same)]
         full.append(rewards)
         kept.append(rewards.gather(1, chosen))
+        if extra is not None:
+            kept_lengths.append(extra.gather(1, chosen).flatten().float())
     rows = [row for _, chosen in sorted(kept_rows) for row in chosen]
-    return torch.tensor(rows, dtype=torch.long), selection_metrics(full, kept)
+    stats = selection_metrics(full, kept)
+    stats["select/short_groups"] = len(small)
+    if kept_lengths:
+        stats["select/completion_len"] = float(torch.cat(kept_lengths).mean())
+    return torch.tensor(rows, dtype=torch.long), stats
 
 
 def selection_metrics(full: list[Tensor], kept: list[Tensor]) -> dict[str, float]:
@@ -95,13 +119,16 @@ def selection_metrics(full: list[Tensor], kept: list[Tensor]) -> dict[str, float
 
     return {"select/var_full": mean_var(full), "select/var_kept": mean_var(kept),
             "select/zero_var_frac_full": zero_var(full), "select/zero_var_frac": zero_var(kept),
-            "select/reward_mean": float(torch.cat([k.flatten() for k in kept]).mean())}
+            "select/reward_mean": float(torch.cat([k.flatten() for k in kept]).mean()),
+            "select/kept": sum(k.numel() for k in kept)}
 
 
 def select_batch(data, m: int, rule: str = "max_variance", scores: Tensor | None = None,
                  generator: torch.Generator | None = None, metrics: dict | None = None):
     """The DataProto of the m kept rollouts of each uid (see the module docstring); the
     selection metrics are added to ``metrics`` if given."""
+    if not _checked:
+        check_verl_version()
     uids = data.non_tensor_batch["uid"]
     if scores is None:
         scores = data.batch["token_level_scores"].sum(-1)
@@ -129,70 +156,3 @@ def check_batch_sizes(train_batch_size: int, n: int, m: int, ppo_mini_batch_size
             f"leaves padding rows. Choose ppo_mini_batch_size so that ppo_mini_batch_size*n "
             f"divides train_batch_size*m (e.g. ppo_mini_batch_size = "
             f"{max(1, train_batch_size * m // n)}) and both are multiples of the world size.")
-
-
-def _replay_buffer_base():
-    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
-
-    return ReplayBuffer
-
-
-class PODSReplayBuffer(_replay_buffer_base()):
-    """verl's synchronous V1 replay buffer, keeping ``pods_m`` of each group's rollouts on
-    the training partition (see the module docstring). ``sampler_kwargs``: ``pods_m``
-    (required), ``pods_rule`` (default max_variance), ``pods_seed`` (the random rule's
-    stream); DAPO's group filter composes through ``filter_groups_metric``,
-    ``train_batch_size``, ``gen_batch_size`` and ``max_inflight_gen_batches``, which verl
-    passes only to its built-in buffer: the groups DAPO keeps are then down-sampled. With
-    ``pods_train_batch_size``, ``pods_n``, ``pods_ppo_mini_batch_size`` (and
-    ``pods_world_size``) given, sizes that would leave padding rows are refused at start."""
-
-    DAPO_KEYS = ("filter_groups_metric", "train_batch_size", "gen_batch_size",
-                 "max_inflight_gen_batches", "sync_refill_failed_groups")
-
-    def __init__(self, *args, sampler_kwargs=None, **kwargs):
-        options = dict(sampler_kwargs or {})
-        if "pods_m" not in options:
-            raise ValueError("PODSReplayBuffer needs trainer.v1.sampler.sampler_kwargs.pods_m, "
-                             "the rollouts kept per prompt (m <= actor_rollout_ref.rollout.n).")
-        for key in self.DAPO_KEYS:
-            if options.get(key) is not None:
-                kwargs.setdefault(key, options[key])
-        super().__init__(*args, sampler_kwargs=sampler_kwargs, **kwargs)
-        self.pods_m, self.pods_rule = int(options["pods_m"]), options.get("pods_rule",
-                                                                          "max_variance")
-        if self.pods_rule not in RULES:
-            raise ValueError(f"pods_rule {self.pods_rule!r} is not a pods.downsample rule; use "
-                             f"one of {', '.join(sorted(RULES))}.")
-        self.pods_generator = torch.Generator().manual_seed(int(options.get("pods_seed", 0)))
-        sizes = [options.get(k) for k in ("pods_train_batch_size", "pods_n",
-                                         "pods_ppo_mini_batch_size")]
-        if all(v is not None for v in sizes):  # refuse padding rows before training starts
-            train_batch_size, n, mini = (int(v) for v in sizes)
-            check_batch_sizes(train_batch_size, n, self.pods_m, mini,
-                              int(options.get("pods_world_size", 1)))
-        check_verl_version()
-
-    def sample(self, global_steps: int, partition_id: str, batch_size: int):
-        meta, metrics = super().sample(global_steps, partition_id, batch_size)
-        if partition_id == "val" or not meta.keys:
-            return meta, metrics
-        import transfer_queue as tq
-        from transfer_queue import KVBatchMeta
-
-        data = tq.kv_batch_get(keys=list(meta.keys), partition_id=partition_id,
-                               select_fields=["rm_scores"])
-        scores = torch.stack([torch.as_tensor(v).float().sum() for v in data["rm_scores"]])
-        uids = [key.split("_")[0] for key in meta.keys]
-        rows, stats = select_rows(uids, scores, self.pods_m, self.pods_rule,
-                                  self.pods_generator)
-        kept = set(rows.tolist())
-        dropped = [key for i, key in enumerate(meta.keys) if i not in kept]
-        if dropped:  # out of storage: nothing downstream reads them
-            tq.kv_clear(keys=dropped, partition_id=partition_id)
-        chosen = rows.tolist()
-        kept_meta = KVBatchMeta(keys=[meta.keys[i] for i in chosen],
-                                tags=[meta.tags[i] for i in chosen],
-                                partition_id=meta.partition_id, fields=meta.fields,
-                                extra_info=meta.extra_info)
-        return kept_meta, {**metrics, **stats}

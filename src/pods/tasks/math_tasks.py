@@ -22,7 +22,7 @@ from pods.grading import extract_boxed, grade
 from pods.rewards import PAPER_WEIGHTS, RewardWeights, format_correct, math_reward
 from pods.tasks import Problem
 
-# The official code's system prompt for instruct models (REFERENCE.md).
+# The official code's system prompt for instruct models (arXiv 2504.13818's code).
 SYSTEM_PROMPT = """
 You will be given a math question.
 Reason about the question and correct your own mistakes if you make any.
