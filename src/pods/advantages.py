@@ -91,9 +91,7 @@ def masked_group_advantages(
     count = w.sum(dim=1, keepdim=True)  # [P, 1] k_g
     mean = (rewards * w).sum(dim=1, keepdim=True) / count.clamp(min=1)  # [P, 1]
     centred = (rewards - mean) * w  # [P, n]
-    big, inf = torch.finfo(rewards.dtype).max, torch.inf
-    top = rewards.masked_fill(~keep, -inf).amax(dim=1, keepdim=True)  # [P, 1]
-    flat = top == rewards.masked_fill(~keep, big).amin(dim=1, keepdim=True)  # [P, 1]
+    flat = kept_flat(rewards, keep).unsqueeze(1)  # [P, 1]
     centred = centred.masked_fill(flat, 0.0)  # exact zeros, as in group_advantages
     if scale == "none":
         return centred
@@ -104,3 +102,11 @@ def masked_group_advantages(
     else:
         std = _std(rewards[keep].reshape(1, -1), std_correction, dim=1)  # [1, 1]
     return centred / (std + eps) * w
+
+
+def kept_flat(rewards: Tensor, keep: Tensor) -> Tensor:
+    """[P] bool: whether each group's kept rewards (rewards [P, n] where keep [P, n]) are all
+    equal (False for a group that keeps none: its entries are masked out anyway)."""
+    big = torch.finfo(rewards.dtype).max
+    return rewards.masked_fill(~keep, -big).amax(dim=1) == \
+        rewards.masked_fill(~keep, big).amin(dim=1)

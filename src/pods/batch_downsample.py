@@ -45,8 +45,12 @@ def variance_mass(rewards: Tensor, max_k: int) -> tuple[Tensor, Tensor]:
 
     rewards: [P, n] floats; max_k <= n. Returns f [P, K+1] float64 and j [P, K+1] int64.
     """
-    P, n = rewards.shape
-    values, _ = _rank_order(rewards)  # [P, n] ascending
+    return _sorted_variance_mass(_rank_order(rewards)[0], max_k)
+
+
+def _sorted_variance_mass(values: Tensor, max_k: int) -> tuple[Tensor, Tensor]:
+    """``variance_mass`` of rewards already sorted ascending in each row, values [P, n]."""
+    n = values.shape[1]
     # as in max_variance: float64, shifted by the median (the mass is shift-invariant)
     x = values.double() - values[:, n // 2 : n // 2 + 1].double()  # [P, n]
     pad = torch.nn.functional.pad
@@ -104,12 +108,13 @@ def batch_max_variance(rewards: Tensor, budget: int, max_per_group: int | None =
         raise ValueError(f"budget must be a number of rollouts >= 0, got {budget!r}.")
     if not 2 <= K <= n:
         raise ValueError(f"max_per_group={K} must be between 2 and n={n}.")
-    _check(rewards.cpu(), 1)  # finite rewards, else a message naming the groups
-    mass, best_j = variance_mass(rewards.cpu(), K)  # [P, K+1] each
+    host = rewards.cpu()
+    _check(host, 1)  # finite rewards, else a message naming the groups
+    values, order = _rank_order(host)  # [P, n] ascending, and the column of each rank
+    mass, best_j = _sorted_variance_mass(values, K)  # [P, K+1] each
     sizes = allocate(mass, budget)  # [P]
     highest = best_j.gather(1, sizes.unsqueeze(1))  # [P, 1]
     rank = torch.arange(n).unsqueeze(0)  # [1, n]
     kept_rank = (rank < sizes.unsqueeze(1) - highest) | (rank >= n - highest)  # [P, n]
-    _, order = _rank_order(rewards.cpu())  # [P, n] column of each rank
     keep = torch.zeros(P, n, dtype=torch.bool).scatter(1, order, kept_rank)  # [P, n]
     return keep.to(rewards.device)

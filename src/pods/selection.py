@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pods.advantages import group_advantages, masked_group_advantages
+from pods.advantages import group_advantages, kept_flat, masked_group_advantages
 from pods.batch_downsample import batch_max_variance
 from pods.downsample import downsample
 from pods.rollout import Rollouts
@@ -78,8 +78,7 @@ def selection_stats(rewards: Tensor, keep: Tensor, lengths: Tensor,
     count = w.sum(dim=1).clamp(min=1)  # [P]
     mean = (rewards.double() * w).sum(dim=1) / count  # [P]
     var_kept = (((rewards.double() - mean[:, None]) ** 2) * w).sum(dim=1) / count  # [P]
-    big = torch.finfo(rewards.dtype).max
-    flat = rewards.masked_fill(~keep, -big).amax(1) == rewards.masked_fill(~keep, big).amin(1)
+    flat = kept_flat(rewards, keep)  # [P]
     return {
         "select/reward_mean": _mean(rewards[keep]),
         "select/var_full": rewards.var(dim=1, correction=0).mean().item(),

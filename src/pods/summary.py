@@ -113,10 +113,12 @@ def summarize(out_dir: str | Path) -> list[dict[str, Any]]:
     by_step = aggregate_curves(out_dir, x="step")
     rows = []
     for name, curve in curves.items():
-        vs = {base: {"time_to_peak": _reach(curve, curves[base]),
-                     "speedup": _speedup(curve, curves[base], name == base),
-                     "steps_to_peak": _reach(by_step.get(name), by_step.get(base))}
-              for base in baselines}
+        vs = {}
+        for base in baselines:
+            reach = _reach(curve, curves[base])
+            vs[base] = {"time_to_peak": reach,
+                        "speedup": _speedup(reach, curves[base], name == base),
+                        "steps_to_peak": _reach(by_step.get(name), by_step.get(base))}
         first = vs[baselines[0]] if baselines else {}
         rows.append({**_row(name, curve),
                      "time_to_baseline_peak": first.get("time_to_peak"),
@@ -138,12 +140,12 @@ def baseline_names(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list | tuple) else [str(value)]
 
 
-def _speedup(curve: Curve, base: Curve, is_base: bool) -> float | None:
-    """The baseline's time to its peak / the variant's time to that accuracy; None when the
-    variant never gets there or a time is zero."""
+def _speedup(reach: float | None, base: Curve, is_base: bool) -> float | None:
+    """The baseline's time to its peak / ``reach``, the variant's time to that accuracy;
+    None when the variant never gets there or a time is zero."""
     if is_base:
         return 1.0
-    reach, base_ttp = _reach(curve, base), float(base.times[np.argmax(base.mean)])
+    base_ttp = float(base.times[np.argmax(base.mean)])
     return base_ttp / reach if reach and base_ttp else None
 
 
