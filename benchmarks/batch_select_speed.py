@@ -2,8 +2,8 @@
 
 For each (P, n, m) it times, on the same binary-ish rewards [P, n] (values 0, 0.1, 1: many
 ties, groups with and without variance, as in RLVR):
-  group   pods.downsample.downsample(rewards, m): m of each group, the paper's PODS
-  batch   pods.batch_downsample.batch_max_variance(rewards, P*m): P*m across the groups
+  group   pods.core.downsample.downsample(rewards, m): m of each group, the paper's PODS
+  batch   pods.core.batch_downsample.batch_max_variance(rewards, P*m): P*m across the groups
   mass    its first stage alone, variance_mass (every subset size of every group)
 and reports the kept rows and variance mass of each, so the gain in mass is next to its
 cost. Selection runs once per training step; compare its time with a step's (seconds on a
@@ -22,8 +22,8 @@ import time
 
 import torch
 
-from pods.batch_downsample import batch_max_variance, variance_mass
-from pods.downsample import downsample
+from pods.core.batch_downsample import batch_max_variance, variance_mass
+from pods.core.downsample import downsample
 
 
 def rewards_for(P: int, n: int, seed: int) -> torch.Tensor:

@@ -1,8 +1,8 @@
 """Speed of batched max-variance down-sampling against the obvious per-group loop.
 
 For each (P, n, m) it times, on the same float32 reward tensor [P, n]:
-  downsample   pods.downsample.downsample(rewards, m), the public call (input checks included)
-  rule         pods.downsample.max_variance, the batched rule alone
+  downsample   pods.core.downsample.downsample(rewards, m), the public call (input checks included)
+  rule         pods.core.downsample.max_variance, the batched rule alone
   loop         a per-group reference written the obvious way: sort each group, try every
                k = 0..m, recompute the candidate's variance with torch each time
   sort         a bare torch.sort(rewards, dim=1) of the same tensor
@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from pods.downsample import downsample, max_variance
+from pods.core.downsample import downsample, max_variance
 
 
 def reference_loop(rewards: torch.Tensor, m: int) -> torch.Tensor:

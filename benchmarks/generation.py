@@ -8,7 +8,7 @@ Two model sizes, both built locally:
         with random weights, P=4 prompts of 96 tokens, 32 new tokens.
 For each engine and n in {16, 64}: rollouts/s and generated tokens/s of one step's
 generation (the median of --repeats calls after a warm-up call); then the update on P*16
-kept rollouts (one AdamW step through pods.update) and, for vllm, the weight sync; and the
+kept rollouts (one AdamW step through pods.train.update) and, for vllm, the weight sync; and the
 step-time ratio PODS 64/16 : GRPO 16/16 = (gen(64) + update + sync) / (gen(16) + update +
 sync), where both update on P*16 rollouts. hf is measured before vLLM starts (vLLM binds
 the process's threads to cores).
@@ -88,10 +88,10 @@ def time_generation(engine, prompts, n, new, repeats) -> tuple[float, float]:
 
 
 def time_update(model, engine, prompts, new, m=16) -> float:
-    """Seconds of one pods.update step on P*m kept rollouts (after a warm-up step)."""
+    """Seconds of one pods.train.update step on P*m kept rollouts (after a warm-up step)."""
     from pods.config import TrainConfig
     from pods.rollout import sample_keys
-    from pods.update import policy_update
+    from pods.train.update import policy_update
 
     batch = engine.generate(prompts, m, 1.0, new, sample_keys(7, torch.arange(len(prompts))))
     cfg = TrainConfig(prompts_per_step=len(prompts), n=64, m=m, max_new_tokens=new)

@@ -3,12 +3,12 @@ PODS adapter (pods.integrations.trl), on the same model, task and settings.
 
 All four runs use the embedded tiny model (the SFT-warmed Qwen2 of ``pods.models.tiny``,
 from the same cache folder), the arithmetic task's train prompts rendered as
-``pods.prompts.render_prompts`` does, its reward, P prompts per step, 8 new tokens at
+``pods.rollout.prompts.render_prompts`` does, its reward, P prompts per step, 8 new tokens at
 temperature 1.0, AdamW at lr 3e-4, no KL, float32, gradient-norm clipping at 1.0, per-
 sequence loss normalisation and one optimizer step per generation batch:
 
-    pods GRPO           pods.trainer.Trainer, n = m = 16
-    pods GRPO-PODS      pods.trainer.Trainer, n = 64, m = 16, max-variance
+    pods GRPO           pods.train.trainer.Trainer, n = m = 16
+    pods GRPO-PODS      pods.train.trainer.Trainer, n = 64, m = 16, max-variance
     TRL GRPOTrainer     trl.GRPOTrainer, num_generations = 16
     TRL PODSGRPOTrainer pods.integrations.trl, num_generations = 64, pods_m = 16
 
@@ -52,7 +52,7 @@ PHASES = ("generate", "reward", "select", "update")
 
 def native(P: int, n: int, m: int, steps: int, beta: float = 0.0) -> list[dict]:
     from pods.config import TrainConfig
-    from pods.trainer import Trainer
+    from pods.train.trainer import Trainer
 
     config = TrainConfig(model="tiny", task="arithmetic", prompts_per_step=P, n=n, m=m,
                          lr=LR, max_new_tokens=MAX_NEW_TOKENS, temperature=TEMPERATURE,
@@ -76,7 +76,7 @@ def trl(P: int, n: int, m: int, steps: int, pods: bool, beta: float = 0.0) -> li
 
     from pods.config import TrainConfig
     from pods.models.tiny import tiny_model_path
-    from pods.prompts import render_prompts
+    from pods.rollout.prompts import render_prompts
     from pods.tasks import get_task
 
     task = get_task("arithmetic", TrainConfig().task_options())

@@ -4,7 +4,7 @@ The point of PODS: the update runs on the m kept rollouts, so its memory depends
 n. Each variant runs in a fresh process (so the peak of one cannot hide in another's), on a
 small locally built Qwen2 (4 layers, hidden 256, vocabulary 4096) and synthetic rollouts of
 P=2 prompts x n=64 completions, prompt 64 + completion 192 tokens, then measures one
-``pods.update.policy_update`` call: wall time, and peak memory above what the process held
+``pods.train.update.policy_update`` call: wall time, and peak memory above what the process held
 before the update (resident memory on CPU, allocated memory on CUDA).
 
     python benchmarks/update_memory.py            # the table
@@ -36,7 +36,7 @@ def measure(m: int, micro: int | None, device: str) -> dict:
 
     from pods.config import TrainConfig
     from pods.rollout import Rollouts
-    from pods.update import policy_update
+    from pods.train.update import policy_update
 
     torch.manual_seed(0)
     dev = torch.device(device)

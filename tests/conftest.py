@@ -50,7 +50,7 @@ def chat_model_dir(tmp_path_factory):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-    from pods.tasks.math_tasks import SYSTEM_PROMPT
+    from pods.tasks.math.tasks import SYSTEM_PROMPT
 
     texts = [SYSTEM_PROMPT, "<think> </think> <answer> </answer> \\boxed{} 0123456789"]
     texts += [p.read_text() for p in FIXTURE_DATA.rglob("*.jsonl")]

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from pods.compare import load_spec
 from pods.config import from_dict, load_yaml, read_yaml
-from pods.summary import baseline_names
+from pods.experiments.compare import load_spec
+from pods.experiments.summary import baseline_names
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 SPECS = sorted(p for p in CONFIGS.rglob("*.yaml") if "compare" in p.name)

@@ -17,10 +17,10 @@ import json
 import sys
 from pathlib import Path
 
-from pods.checkpoint import CheckpointWriteError
 from pods.config import add_config_flags, config_from_args, flag_overrides
-from pods.distributed import RankFailure
 from pods.rollout import ENGINES
+from pods.train.checkpoint import CheckpointWriteError
+from pods.train.distributed import RankFailure
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from pods import trainer
+    from pods.train import trainer
 
     if args.resume:
         if args.config:
@@ -126,15 +126,15 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from pods.export import export_checkpoint
+    from pods.models.export import export_checkpoint
 
     print(f"wrote {export_checkpoint(args.path, args.out)}")
     return 0
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from pods.compare import load_spec, run_compare
-    from pods.trainer import train_or_resume
+    from pods.experiments.compare import load_spec, run_compare
+    from pods.train.trainer import train_or_resume
 
     run_compare(load_spec(args.spec), Path(args.out), train_or_resume, flag_overrides(args))
     return 0
@@ -143,12 +143,12 @@ def _compare(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if (path / "compare.yaml").is_file():
-        from pods.summary import summarize
+        from pods.experiments.summary import summarize
 
         summarize(path)
         print(f"wrote {path / 'curves.png'} and {path / 'summary.md'}")
     elif (path / "metrics.jsonl").is_file():
-        from pods.plots import plot_run
+        from pods.experiments.plots import plot_run
 
         print(f"wrote {plot_run(path)}")
     else:

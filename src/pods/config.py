@@ -19,14 +19,14 @@ from typing import Any
 
 import yaml
 
-from pods.advantages import SCALES
-from pods.downsample import RULES
-from pods.loss import NORMS
-from pods.policy import DTYPES
+from pods.core.advantages import SCALES
+from pods.core.downsample import RULES
+from pods.core.loss import NORMS
+from pods.models.policy import DTYPES
 from pods.rollout import ENGINES
-from pods.scoring import POLICIES
-from pods.selection import SCOPES
+from pods.tasks.scoring import POLICIES
 from pods.tracking import TRACKERS, unknown_trackers
+from pods.train.selection import SCOPES
 
 
 def _f(default: Any, help: str) -> Any:
@@ -78,11 +78,11 @@ class TrainConfig:
     prompts_per_step: int = _f(8, "P: prompts sampled per step.")
     n: int = _f(64, "Rollouts generated per prompt.")
     m: int = _f(16, "Rollouts kept per prompt for the update (m == n is plain GRPO).")
-    rule: str = _f("max_variance", "Down-sampling rule; see pods.downsample.RULES.")
+    rule: str = _f("max_variance", "Down-sampling rule; see pods.core.downsample.RULES.")
     selection: str = _f("group", "group: keep m of each prompt's n (the paper); batch: keep "
                         "P*m in all, across the step's prompts, maximising the total "
                         "within-group reward variance mass (0 or 2+ per prompt; beyond the "
-                        "paper, needs rule max_variance; see pods.batch_downsample).")
+                        "paper, needs rule max_variance; see pods.core.batch_downsample).")
     max_kept_per_group: int | None = _f(None, "selection batch: most rollouts one prompt may "
                                         "keep; None = n.")
     # optimisation
@@ -158,7 +158,7 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     def model_options(self):
-        from pods.policy import ModelOptions
+        from pods.models.policy import ModelOptions
 
         return ModelOptions(dtype=self.dtype, lora_rank=self.lora_rank,
                             lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,

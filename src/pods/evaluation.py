@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pods.distributed import Dist
-from pods.prompts import render_prompts
 from pods.rollout import Engine, sample_keys
-from pods.scoring import Scorer, task_map
+from pods.rollout.prompts import render_prompts
 from pods.tasks import Problem
+from pods.tasks.scoring import Scorer, task_map
+from pods.train.distributed import Dist
 
 
 def evaluate(engine: Engine, task, problems: list[Problem], temperature: float,
@@ -59,7 +59,7 @@ def summarize(names: list[str], values: torch.Tensor) -> dict[str, float]:
 def scores(task, problems, texts, mask, repeats,
            scorer: Scorer | None = None) -> tuple[list[str], torch.Tensor]:
     """Each completion's metrics: (names, [P, repeats, metrics] float64). Rewards go
-    through ``scorer`` (pods.scoring: reward errors raise, or score 0)."""
+    through ``scorer`` (pods.tasks.scoring: reward errors raise, or score 0)."""
     P = len(problems)
     scorer = scorer or Scorer(task)
     completions = [(texts[i], problems[i // repeats]) for i in range(P * repeats)]
@@ -93,12 +93,12 @@ def evaluate_path(path: str, tasks: list[str] | None = None, repeats: int = 5,
                   device: str = "auto", engine: str | None = None) -> dict[str, dict]:
     """`pods eval`: a run folder's newest checkpoint, a checkpoint folder, or a model (hub id
     or folder) on one or more tasks' test sets. Returns {task: metrics}."""
-    from pods.checkpoint import checkpoint_and_config, latest_checkpoint
     from pods.config import TrainConfig
-    from pods.policy import load_saved_policy, resolve_device
-    from pods.prompts import drop_long_prompts
+    from pods.models.policy import load_saved_policy, resolve_device
     from pods.rollout import make_engine, resolve_engine
+    from pods.rollout.prompts import drop_long_prompts
     from pods.tasks import get_task
+    from pods.train.checkpoint import checkpoint_and_config, latest_checkpoint
 
     if repeats < 1 or temperature < 0:
         raise ValueError("--repeats must be >= 1 and --eval-temperature >= 0 (0 = greedy).")

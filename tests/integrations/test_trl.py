@@ -1,5 +1,5 @@
 """The TRL adapter: config validation, and the contract that only the m rollouts of each
-group that ``pods.downsample`` keeps reach TRL's loss, with advantages over those m."""
+group that ``pods.core.downsample`` keeps reach TRL's loss, with advantages over those m."""
 
 import json
 import os
@@ -13,8 +13,8 @@ import torch
 
 pytest.importorskip("trl")
 
-from pods.advantages import group_advantages  # noqa: E402
-from pods.downsample import downsample  # noqa: E402
+from pods.core.advantages import group_advantages  # noqa: E402
+from pods.core.downsample import downsample  # noqa: E402
 from pods.integrations.trl import PODSGRPOConfig, PODSGRPOTrainer, _take_rows  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -142,7 +142,7 @@ def test_unscorable_rollouts_get_zero_advantage_and_no_weight_in_the_mean():
 def check_contract(ranks: list[dict], n: int, m: int, rule="max_variance", scale="group",
                    weights=None) -> None:
     """Assert, for every generation of every process, that the loss saw exactly the rows
-    pods.downsample keeps from the gathered rewards, with group advantages over them."""
+    pods.core.downsample keeps from the gathered rewards, with group advantages over them."""
     world = len(ranks)
     for g in range(len(ranks[0]["full"])):
         gathered = torch.tensor(ranks[0]["gathered"][g])  # [W*B, F], the same on every rank

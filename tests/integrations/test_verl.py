@@ -164,7 +164,7 @@ def test_replay_buffer_keeps_m_per_group_and_clears_the_rest(transfer_queue):
 def test_replay_buffer_needs_m_and_a_known_rule():
     with pytest.raises(ValueError, match="needs trainer.v1.sampler.sampler_kwargs.pods_m"):
         buffer()
-    with pytest.raises(ValueError, match="pods_rule 'best' is not a pods.downsample rule"):
+    with pytest.raises(ValueError, match="pods_rule 'best' is not a pods.core.downsample rule"):
         buffer(pods_m=2, pods_rule="best")
     with pytest.raises(ValueError, match="leaves padding rows"):
         buffer(pods_m=4, pods_train_batch_size=64, pods_n=16, pods_ppo_mini_batch_size=24)
@@ -251,7 +251,7 @@ def test_verl_loads_the_buffer_from_its_config_path():
 def test_select_batch_warns_on_an_untested_verl(monkeypatch):
     import verl
 
-    import pods.integrations.verl as adapter
+    import pods.integrations.verl.select as adapter
 
     monkeypatch.setattr(verl, "__version__", "0.11.0", raising=False)
     monkeypatch.setattr(adapter, "_checked", [])

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pods.policy import completion_logprobs
+from pods.models.policy import completion_logprobs
 from pods.rollout import EngineOptions, HFEngine, make_engine, sample_keys
 
 pytestmark = pytest.mark.vllm

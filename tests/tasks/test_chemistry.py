@@ -10,7 +10,6 @@ import textwrap
 import pytest
 
 from conftest import FIXTURE_DATA
-from pods.rewards import RewardWeights
 from pods.tasks import Problem, TaskOptions, get_task
 from pods.tasks.chemistry import (
     SYSTEM_PROMPT,
@@ -22,6 +21,7 @@ from pods.tasks.chemistry import (
     select,
     split,
 )
+from pods.tasks.math.rewards import RewardWeights
 
 DATA = str(FIXTURE_DATA)
 ROWS = [json.loads(line) for line in (FIXTURE_DATA / "sciknoweval" / "test.jsonl").open()]
@@ -149,7 +149,7 @@ def test_prompts_render_the_question_and_lettered_options():
 def test_prompts_with_a_chat_template(chat_model_dir):
     from transformers import AutoTokenizer
 
-    from pods.prompts import render_prompts
+    from pods.rollout.prompts import render_prompts
 
     task = ChemistryTask(DATA)
     texts, special = render_prompts(AutoTokenizer.from_pretrained(chat_model_dir), task,
@@ -223,8 +223,8 @@ def test_pods_eval_on_the_fixture_test_set(chat_model_dir):
 
 def test_training_on_chemistry_fixtures_with_a_chat_model(chat_model_dir, tmp_path):
     from pods.config import TrainConfig
-    from pods.metrics import read_metrics
-    from pods.trainer import train
+    from pods.train.metrics import read_metrics
+    from pods.train.trainer import train
 
     cfg = TrainConfig(model=chat_model_dir, task="chemistry", data_dir=DATA,
                       prompts_per_step=2, n=4, m=2, max_new_tokens=8, max_steps=2,

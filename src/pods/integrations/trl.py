@@ -11,7 +11,7 @@ Swap two names in a TRL GRPO script:
     trainer.train()
 
 Each step TRL generates ``num_generations`` = n completions per prompt and scores them; the
-rewards gathered over all processes are then down-sampled with ``pods.downsample`` (P groups
+rewards gathered over all processes are then down-sampled with ``pods.core.downsample`` (P groups
 [P, n] -> m kept columns [P, m]), advantages are recomputed over the kept m exactly as TRL
 computes them over n (``scale_rewards``, ``multi_objective_aggregation``, unbiased std, eps
 1e-4), and every per-rollout tensor TRL hands to the loss is cut to the kept rows, with
@@ -63,7 +63,7 @@ from packaging.version import Version
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import nanstd, split_pixel_values_by_grid, unsplit_pixel_values_by_grid
 
-from pods.downsample import RULES, downsample
+from pods.core.downsample import RULES, downsample
 
 SUPPORTED_TRL = (Version("1.16"), Version("1.17"))  # [low, high): the minor versions tested
 if not SUPPORTED_TRL[0] <= Version(trl.__version__) < SUPPORTED_TRL[1]:
@@ -85,7 +85,7 @@ class PODSGRPOConfig(GRPOConfig):
     # Typed str so that HfArgumentParser / TrlParser can read it from the command line; from
     # Python a callable works too.
     pods_rule: str = field(default="max_variance", metadata={
-        "help": "Down-sampling rule: a name in pods.downsample.RULES (max_variance, the "
+        "help": "Down-sampling rule: a name in pods.core.downsample.RULES (max_variance, the "
                 "paper's choice; max_reward, min_reward, random, percentile) or, from Python, "
                 "a callable rule(rewards [P, n], m) -> LongTensor [P, m] of kept columns."})
 
@@ -167,7 +167,7 @@ class PODSGRPOTrainer(GRPOTrainer):
         self.pods_m = args.pods_m or args.num_generations
         rule = args.pods_rule
         self._pods_rule = (lambda rewards, m, generator: rule(rewards, m)) if callable(rule) \
-            else rule  # pods.downsample passes a generator; the config's callables take 2
+            else rule  # pods.core.downsample passes a generator; the config's callables take 2
         # Every process selects every group from the same gathered rewards; one seed keeps
         # random rules identical across processes.
         self._pods_generator = torch.Generator().manual_seed(args.seed)

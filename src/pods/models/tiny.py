@@ -76,7 +76,7 @@ def build_model(recipe: TinyRecipe, tokenizer: PreTrainedTokenizerFast) -> Qwen2
 def tiny_model_path(task, recipe: TinyRecipe | None = None, log=print) -> Path:
     """Folder of the warmed-up embedded model for ``task``; built on first use (a minute
     or two on a laptop CPU), then reused."""
-    from pods.sft import supervised_warmup
+    from pods.models.warmup import supervised_warmup
 
     recipe = recipe or TinyRecipe(alphabet=task.alphabet, task=task.name)
     path = cache_dir() / f"tiny-qwen2-{recipe.task}-{recipe.key()}"

@@ -36,7 +36,7 @@ def generate(model, tokenizer, prompts: list[str], n: int, temperature: float,
              max_new_tokens: int, chunk: int, add_special_tokens: bool = True,
              keys: Tensor | None = None, synced: bool = False) -> Rollouts:
     """n completions of each prompt; temperature 0 decodes greedily. ``add_special_tokens``
-    is False for prompts rendered by a chat template (see pods.prompts). ``keys`` [P] int64
+    is False for prompts rendered by a chat template (see pods.rollout.prompts). ``keys`` [P] int64
     names each prompt's random stream (see ``sample_keys``); None draws them from torch's
     global RNG. ``synced``: under FSDP every forward pass is a collective, so all ranks keep
     stepping until the last one is done (all must pass as many rows)."""

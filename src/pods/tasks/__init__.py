@@ -51,7 +51,7 @@ class TaskOptions:
 
 
 def _weights(o: TaskOptions):
-    from pods.rewards import RewardWeights
+    from pods.tasks.math.rewards import RewardWeights
 
     return RewardWeights(correctness=o.correctness_weight, format=o.format_weight,
                          tags=o.tag_weight)
@@ -65,7 +65,7 @@ def _arithmetic(o: TaskOptions) -> Task:
 
 def _math(name: str) -> Callable[[TaskOptions], Task]:
     def make(o: TaskOptions) -> Task:
-        from pods.tasks import math_tasks
+        from pods.tasks.math import tasks as math_tasks
 
         return getattr(math_tasks, name)(o.data_dir, _weights(o))
 
@@ -74,7 +74,7 @@ def _math(name: str) -> Callable[[TaskOptions], Task]:
 
 def _code(name: str) -> Callable[[TaskOptions], Task]:
     def make(o: TaskOptions) -> Task:
-        from pods.tasks import code
+        from pods.tasks.code import tasks as code
 
         options = code.CodeOptions(test_timeout=o.code_test_timeout,
                                    memory_mb=o.code_memory_mb, max_tests=o.code_max_tests,

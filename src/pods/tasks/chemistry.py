@@ -41,9 +41,9 @@ from collections import Counter
 
 import numpy as np
 
-from pods.rewards import PAPER_WEIGHTS, RewardWeights, format_correct
 from pods.tasks import Problem, TaskOptions
-from pods.tasks.math_tasks import Source
+from pods.tasks.math.rewards import PAPER_WEIGHTS, RewardWeights, format_correct
+from pods.tasks.math.tasks import Source
 
 HUB_ID = "hicai-zju/SciKnowEval"
 DOMAIN = "Chemistry"

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pods.rewards import PAPER_WEIGHTS, RewardWeights, math_reward
 from pods.tasks import Problem
+from pods.tasks.math.rewards import PAPER_WEIGHTS, RewardWeights, math_reward
 
 RewardFn = Callable[[str, str], float]
 
@@ -70,7 +70,7 @@ class CustomTask:
             raise ValueError("--task custom needs --data-file FILE (JSONL/Parquet records "
                              "with 'prompt' and 'answer').")
         self._fn = load_reward_fn(reward_fn) if reward_fn else None
-        self.reward_name = reward_fn  # how reward errors name it (pods.scoring)
+        self.reward_name = reward_fn  # how reward errors name it (pods.tasks.scoring)
         self.weights = weights
         self._train, self._test = _split(load_records(data_file), seed)
 
@@ -81,7 +81,7 @@ class CustomTask:
         return self._test
 
     def reward(self, completion: str, problem: Problem) -> float:
-        """The user's function's value as it returned it (pods.scoring checks that it is
+        """The user's function's value as it returned it (pods.tasks.scoring checks that it is
         a finite number), or the math reward."""
         if self._fn is None:
             return math_reward(completion, problem.answer, self.weights)

@@ -1,0 +1,9 @@
+"""The algorithm's pure math: tensors in, tensors out, no config objects and no I/O.
+
+    downsample        the per-prompt rules (keep m of each prompt's n)
+    batch_downsample  batch-level max-variance selection (P*m across the prompts)
+    advantages        group-normalised advantages over the kept rollouts
+    loss              the clipped policy-gradient loss with optional KL
+
+Vocabulary: P prompts per step, n rollouts generated per prompt, m kept per prompt.
+"""

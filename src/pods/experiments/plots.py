@@ -1,0 +1,97 @@
+"""Learning curves as PNG files: one run, or the variants of a comparison.
+
+Figures are drawn on matplotlib's Agg canvas directly (no pyplot), so plotting needs no display
+and leaves the process's matplotlib backend alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from pods.train.metrics import read_metrics
+
+if TYPE_CHECKING:
+    from pods.experiments.summary import Curve
+
+Z95 = 1.96  # band half-width in standard errors: a 95% normal interval
+
+
+def plot_run(run_dir: str | Path) -> Path:
+    """Write ``run_dir/curve.png``: test accuracy (left) and mean training reward (right)
+    against training seconds, from ``run_dir/metrics.jsonl``. Returns the PNG path."""
+    run_dir = Path(run_dir)
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file():
+        raise ValueError(f"{run_dir} has no metrics.jsonl; pass a run folder (one made by "
+                         "`pods train`, e.g. runs/<name>).")
+    evals = [r for r in read_metrics(metrics, "eval") if "eval/accuracy" in r]
+    steps = [r for r in read_metrics(metrics, "step") if "rollout/reward_mean" in r]
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    _panel(left, [r["time"] for r in evals], [100 * r["eval/accuracy"] for r in evals],
+           "test accuracy (%)", "eval records")
+    _panel(right, [r["time"] for r in steps], [r["rollout/reward_mean"] for r in steps],
+           "mean training reward", "step records")
+    fig.suptitle(run_dir.resolve().name)
+    path = run_dir / "curve.png"
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def _panel(ax, x: list[float], y: list[float], ylabel: str, what: str) -> None:
+    ax.plot(x, y, marker="o" if len(x) < 30 else None, markersize=3)
+    if not x:
+        ax.text(0.5, 0.5, f"no {what} yet", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("training time (s)")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+
+
+def plot_compare(curves: Mapping[str, Curve], path: str | Path, baseline: str | None = None,
+                 step_curves: Mapping[str, Curve] | None = None) -> Path:
+    """Write a PNG of each variant's mean test accuracy over seeds against training seconds,
+    with a band of mean +- 1.96 SEM; a dotted line marks the ``baseline`` variant's peak.
+    With ``step_curves`` (the same against optimizer steps) a second panel shows those."""
+    if baseline is not None and baseline not in curves:
+        raise ValueError(f"baseline {baseline!r} has no curve; use one of "
+                         f"{', '.join(curves)} or None.")
+    panels = [(curves, "training time (s)")]
+    if step_curves:
+        panels.append((step_curves, "optimizer steps"))
+    fig = Figure(figsize=(7 * len(panels), 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    for ax, (panel_curves, xlabel) in zip(np.atleast_1d(fig.subplots(1, len(panels))), panels,
+                                          strict=True):
+        _compare_panel(ax, panel_curves, baseline if baseline in panel_curves else None, xlabel)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def _compare_panel(ax, curves: Mapping[str, Curve], baseline: str | None, xlabel: str) -> None:
+    colors = {}
+    for name, c in curves.items():
+        mean, half = 100 * c.mean, 100 * Z95 * c.sem  # [G] percent
+        label = f"{name} ({c.seeds} seed{'s' if c.seeds != 1 else ''})"
+        # accuracy holds until the next eval: draw steps, not interpolated slopes
+        (line,) = ax.plot(c.times, mean, drawstyle="steps-post", label=label)
+        ax.fill_between(c.times, mean - half, mean + half, step="post", alpha=0.2,
+                        color=line.get_color(), linewidth=0)
+        colors[name] = line.get_color()
+    if baseline is not None:
+        peak = 100 * float(np.max(curves[baseline].mean))
+        ax.axhline(peak, linestyle=":", color=colors[baseline],
+                   label=f"{baseline} peak ({peak:.1f}%)")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("test accuracy (%)")
+    ax.grid(alpha=0.3)
+    if curves:
+        ax.legend(loc="lower right")

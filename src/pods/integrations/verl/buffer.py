@@ -1,0 +1,84 @@
+"""``PODSReplayBuffer``: verl's V1 replay buffer with PODS selection on the training partition
+(see ``pods.integrations.verl``, which exports it; verl's config names it there:
+``trainer.v1.sampler.custom_sampler.path=pkg://pods.integrations.verl``)."""
+
+from __future__ import annotations
+
+import torch
+
+from pods.core.downsample import RULES
+from pods.integrations.verl.select import check_batch_sizes, check_verl_version, select_rows
+
+
+def _replay_buffer_base():
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    return ReplayBuffer
+
+
+class PODSReplayBuffer(_replay_buffer_base()):
+    """verl's synchronous V1 replay buffer, keeping ``pods_m`` of each group's rollouts on
+    the training partition (see the module docstring). ``sampler_kwargs``: ``pods_m``
+    (required), ``pods_rule`` (default max_variance; the length rules read each
+    trajectory's ``response_mask``), ``pods_seed`` (the random rule's stream). A group
+    that holds fewer than m trajectories (failed rollouts that verl keeps out of it) is
+    kept whole and counted in ``select/short_groups``. DAPO's group filter composes
+    through ``filter_groups_metric``, ``train_batch_size``, ``gen_batch_size`` and
+    ``max_inflight_gen_batches``, which verl passes only to its built-in buffer: the
+    groups DAPO keeps are then down-sampled. With ``pods_train_batch_size``, ``pods_n``,
+    ``pods_ppo_mini_batch_size`` (and ``pods_world_size``) given, sizes that would leave
+    padding rows are refused at start."""
+
+    DAPO_KEYS = ("filter_groups_metric", "train_batch_size", "gen_batch_size",
+                 "max_inflight_gen_batches", "sync_refill_failed_groups")
+
+    def __init__(self, *args, sampler_kwargs=None, **kwargs):
+        options = dict(sampler_kwargs or {})
+        if "pods_m" not in options:
+            raise ValueError("PODSReplayBuffer needs trainer.v1.sampler.sampler_kwargs.pods_m, "
+                             "the rollouts kept per prompt (m <= actor_rollout_ref.rollout.n).")
+        for key in self.DAPO_KEYS:
+            if options.get(key) is not None:
+                kwargs.setdefault(key, options[key])
+        super().__init__(*args, sampler_kwargs=sampler_kwargs, **kwargs)
+        self.pods_m, self.pods_rule = int(options["pods_m"]), options.get("pods_rule",
+                                                                          "max_variance")
+        if self.pods_rule not in RULES:
+            raise ValueError(f"pods_rule {self.pods_rule!r} is not a pods.core.downsample "
+                             f"rule; use one of {', '.join(sorted(RULES))}.")
+        self.needs_lengths = "lengths" in getattr(RULES[self.pods_rule], "needs", ())
+        self.pods_generator = torch.Generator().manual_seed(int(options.get("pods_seed", 0)))
+        sizes = [options.get(k) for k in ("pods_train_batch_size", "pods_n",
+                                         "pods_ppo_mini_batch_size")]
+        if all(v is not None for v in sizes):  # refuse padding rows before training starts
+            train_batch_size, n, mini = (int(v) for v in sizes)
+            check_batch_sizes(train_batch_size, n, self.pods_m, mini,
+                              int(options.get("pods_world_size", 1)))
+        check_verl_version()
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int):
+        meta, metrics = super().sample(global_steps, partition_id, batch_size)
+        if partition_id == "val" or not meta.keys:
+            return meta, metrics
+        import transfer_queue as tq
+        from transfer_queue import KVBatchMeta
+
+        fields = ["rm_scores"] + (["response_mask"] if self.needs_lengths else [])
+        data = tq.kv_batch_get(keys=list(meta.keys), partition_id=partition_id,
+                               select_fields=fields)
+        scores = torch.stack([torch.as_tensor(v).float().sum() for v in data["rm_scores"]])
+        lengths = torch.stack([torch.as_tensor(v).sum() for v in data["response_mask"]]) \
+            if self.needs_lengths else None  # [rows] response tokens, for the length rules
+        uids = [key.split("_")[0] for key in meta.keys]
+        rows, stats = select_rows(uids, scores, self.pods_m, self.pods_rule,
+                                  self.pods_generator, lengths, short="keep")
+        kept = set(rows.tolist())
+        dropped = [key for i, key in enumerate(meta.keys) if i not in kept]
+        if dropped:  # out of storage: nothing downstream reads them
+            tq.kv_clear(keys=dropped, partition_id=partition_id)
+        chosen = rows.tolist()
+        kept_meta = KVBatchMeta(keys=[meta.keys[i] for i in chosen],
+                                tags=[meta.tags[i] for i in chosen],
+                                partition_id=meta.partition_id, fields=meta.fields,
+                                extra_info=meta.extra_info)
+        return kept_meta, {**metrics, **stats}

@@ -1,0 +1,29 @@
+"""`pods export`: a checkpoint as a standalone model folder (LoRA adapters merged in)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from pods.models.policy import is_adapter, load_saved_policy
+from pods.tasks import get_task
+from pods.train.checkpoint import checkpoint_and_config
+
+
+def export_checkpoint(path: str | Path, out_dir: str | Path) -> Path:
+    """Write the newest checkpoint of a run (or a checkpoint folder) to ``out_dir`` as a
+    model that ``AutoModelForCausalLM.from_pretrained(out_dir)`` loads without pods or peft:
+    a LoRA adapter is merged into its base model."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise ValueError(f"{out_dir} is not empty; export into a new folder.")
+    checkpoint, cfg = checkpoint_and_config(path)
+    task = get_task(cfg.task, cfg.task_options())
+    model, tokenizer = load_saved_policy(checkpoint / "model", cfg.model, task,
+                                         torch.device("cpu"), cfg.model_options())
+    if is_adapter(checkpoint / "model"):
+        model = model.merge_and_unload()
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir

@@ -1,0 +1,137 @@
+"""Code problems and their tests, from the hub or from local files in the hub rows' format.
+
+    DIR/livecodebench/test.jsonl   livecodebench/code_generation_lite rows (release v6 files
+                                   test.jsonl .. test6.jsonl): question_title,
+                                   question_content, platform, question_id, contest_date,
+                                   starter_code, difficulty, public_test_cases (JSON text),
+                                   private_test_cases (JSON text, or base64 of zlib of a
+                                   pickled JSON string), metadata (JSON text: func_name)
+    DIR/mbpp/train.jsonl, test.jsonl   google-research-datasets/mbpp (full) rows: task_id,
+                                   text, code, test_list, test_setup_code,
+                                   challenge_test_list
+    DIR/humaneval/test.jsonl       openai/openai_humaneval rows: task_id, prompt,
+                                   canonical_solution, test, entry_point
+
+A problem's ``answer`` is its tests, as JSON (:class:`Suite`): stdin/stdout pairs
+(LiveCodeBench's AtCoder and Codeforces problems), calls of a LeetCode-style method with
+JSON arguments and result (LiveCodeBench's "functional" tests), or assert statements (MBPP;
+HumanEval's check() function as one test).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import pickle
+import zlib
+from dataclasses import asdict, dataclass
+
+from pods.tasks import Problem
+from pods.tasks.math.tasks import Source
+
+
+@dataclass(frozen=True)
+class Suite:
+    kind: str  # "stdio", "call" (Solution().<func>(*args), JSON in and out) or "assert"
+    cases: tuple  # stdio/call: ((input, expected output), ...); assert: (statement, ...)
+    func: str = ""  # call: the method of class Solution
+    setup: str = ""  # assert: code run before the solution (MBPP's test_setup_code)
+
+    def to_answer(self) -> str:
+        return json.dumps(asdict(self))
+
+    @staticmethod
+    def from_answer(answer: str) -> Suite:
+        data = json.loads(answer)
+        return Suite(kind=data["kind"], cases=tuple(tuple(c) if isinstance(c, list) else c
+                                                     for c in data["cases"]),
+                     func=data.get("func", ""), setup=data.get("setup", ""))
+
+
+STDIN_FORMAT = ("Read the input from standard input and write the answer to standard "
+                "output.")
+STARTER_FORMAT = "Complete this starter code (keep the class and method names):"
+
+
+def livecodebench_prompt(row: dict) -> str:
+    if row.get("starter_code"):
+        return f"{row['question_content']}\n\n{STARTER_FORMAT}\n```python\n" \
+               f"{row['starter_code']}\n```"
+    return f"{row['question_content']}\n\n{STDIN_FORMAT}"
+
+
+def livecodebench_tests(row: dict) -> str:
+    cases = json.loads(row["public_test_cases"]) + _private_cases(row["private_test_cases"])
+    kinds = {case.get("testtype", "stdin") for case in cases}
+    pairs = tuple((case["input"], case["output"]) for case in cases)
+    if kinds == {"functional"}:
+        func = json.loads(row.get("metadata") or "{}").get("func_name", "")
+        if not func:
+            raise ValueError(f"LiveCodeBench problem {row.get('question_id')}: functional "
+                             f"tests without metadata.func_name.")
+        return Suite("call", pairs, func=func).to_answer()
+    return Suite("stdio", pairs).to_answer()
+
+
+def _private_cases(text: str) -> list[dict]:
+    """LiveCodeBench's private tests: JSON text, or (newer files) base64 of zlib of a pickled
+    JSON string, read with an unpickler that refuses every global, so nothing but plain
+    strings can come out of it (a pickle from the hub could otherwise run code)."""
+    if not text:
+        return []
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        decoded = _StringsOnly(io.BytesIO(zlib.decompress(base64.b64decode(text)))).load()
+    if not isinstance(decoded, str):
+        raise ValueError("LiveCodeBench private_test_cases did not decode to JSON text.")
+    return json.loads(decoded)
+
+
+class _StringsOnly(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(f"refused to load {module}.{name} from a dataset pickle")
+
+
+def mbpp_prompt(row: dict) -> str:
+    """MBPP's own prompt shape: the task and its tests (which name the function)."""
+    tests = "\n".join(row["test_list"])
+    return f"{row['text']}\nYour code should pass these tests:\n\n{tests}"
+
+
+def mbpp_tests(row: dict) -> str:
+    return Suite("assert", tuple(row["test_list"]), setup=row.get("test_setup_code") or ""
+                 ).to_answer()
+
+
+def humaneval_prompt(row: dict) -> str:
+    return f"Complete this Python function (write the whole function):\n```python\n" \
+           f"{row['prompt']}```"
+
+
+def humaneval_tests(row: dict) -> str:
+    return Suite("assert", (f"{row['test']}\ncheck({row['entry_point']})",)).to_answer()
+
+
+LIVECODEBENCH = Source("livecodebench/code_generation_lite", (None,), "test",
+                       "livecodebench/test", "question_content", livecodebench_tests,
+                       prompt=livecodebench_prompt,
+                       data_files=tuple(f"test{i}.jsonl" for i in ("", 2, 3, 4, 5, 6)))
+MBPP = {split: Source("google-research-datasets/mbpp", ("full",), split, f"mbpp/{split}",
+                      "text", mbpp_tests, prompt=mbpp_prompt) for split in ("train", "test")}
+HUMANEVAL = Source("openai/openai_humaneval", (None,), "test", "humaneval/test", "prompt",
+                   humaneval_tests, prompt=humaneval_prompt)
+
+
+def by_date(rows: list[dict], test_fraction: float = 0.2) -> tuple[list[dict], list[dict]]:
+    """LiveCodeBench's own idea of a held-out set: the newest problems (by contest_date)
+    are the test split, the older ones the training split."""
+    ordered = sorted(rows, key=lambda r: (str(r.get("contest_date", "")),
+                                          str(r.get("question_id", ""))))
+    cut = len(ordered) - max(1, round(test_fraction * len(ordered)))
+    return ordered[:cut], ordered[cut:]
+
+
+def to_problems(rows: list[dict], source: Source) -> list[Problem]:
+    return [Problem(prompt=source.prompt(row), answer=source.gold(row)) for row in rows]

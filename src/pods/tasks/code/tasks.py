@@ -1,0 +1,180 @@
+"""Code tasks: the model writes a Python program, the reward runs it against the problem's
+tests in the sandbox (pods.sandbox: a separate, isolated process per test).
+
+    code        LiveCodeBench (code_generation_lite, release v6): stdin/stdout and
+                LeetCode-style method tests; the newest fifth of the problems by contest
+                date is the test split
+    mbpp        MBPP (full): assert tests; its own train and test splits
+    humaneval   HumanEval: check() as one test; a test set only
+
+Reward: the fraction of the problem's tests that pass (``code_reward: all``: 1 only if all
+pass), over at most ``code_max_tests`` tests per problem per step (the first ones: public
+tests come first). Evaluation reports pass@1, all tests passing, as ``eval/accuracy``.
+Test outcomes are cached per (program, problem, test), so evaluation's reward and pass@1
+run each test once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+
+from pods.tasks import Problem
+from pods.tasks.code.data import HUMANEVAL, LIVECODEBENCH, MBPP, Suite, by_date, to_problems
+
+SYSTEM_PROMPT = """
+You are an expert Python programmer. You will be given a programming problem.
+Think about it, then write one complete Python program that solves it.
+
+Respond in the following format:
+<think>
+Reason here.
+</think>
+```python
+# the complete solution
+```
+"""
+
+REWARDS = ("fraction", "all")
+PYTHON_FENCES = ("python", "python3", "py", "")
+# LeetCode-style solutions use these names without importing them (LiveCodeBench does the same)
+CALL_PRELUDE = "from typing import *\nimport bisect, collections, heapq, itertools, math, re\n" \
+               "from collections import *\nfrom functools import *\n"
+CALL_HARNESS = """
+import json as _json, sys as _sys
+_args = [_json.loads(_line) for _line in _sys.stdin.read().split("\\n") if _line.strip()]
+print(_json.dumps(Solution().{func}(*_args)))
+"""
+
+
+def extract_code(completion: str) -> str | None:
+    """The last closed fenced Python block (```python, ```py, ```python3 or a bare ```), or
+    None if there is none (a block cut off by the length limit does not count)."""
+    blocks, body, language = [], None, ""
+    for line in completion.splitlines():
+        if line.lstrip().startswith("```"):
+            if body is None:
+                body, language = [], line.strip()[3:].strip().lower()
+            else:
+                if language in PYTHON_FENCES:
+                    blocks.append("\n".join(body))
+                body = None
+        elif body is not None:
+            body.append(line)
+    return blocks[-1] if blocks else None
+
+
+def outputs_match(got: str, expected: str) -> bool:
+    """stdout against the expected output, line by line, ignoring trailing whitespace and
+    trailing empty lines."""
+    def lines(text: str) -> list[str]:
+        out = [line.rstrip() for line in text.strip("\n").splitlines()]
+        while out and not out[-1]:
+            out.pop()
+        return out
+
+    return lines(got) == lines(expected)
+
+
+@dataclass(frozen=True)
+class CodeOptions:
+    test_timeout: float = 2.0  # seconds per test
+    memory_mb: int = 512  # address-space limit per test
+    max_tests: int | None = 8  # tests run per problem per step (None: all)
+    reward: str = "fraction"  # or "all"
+    workers: int | None = None  # rollouts scored at once (None: CPU count)
+
+
+class CodeTask:
+    """A code-generation task whose reward executes tests in the sandbox."""
+
+    system_prompt = SYSTEM_PROMPT
+
+    def __init__(self, name: str, train: list[Problem] | None, test: list[Problem],
+                 options: CodeOptions = CodeOptions()):
+        from pods.sandbox import SandboxUnavailable, default_workers
+        from pods.sandbox.isolation import resolve
+
+        try:  # before any model loads: the reward cannot run without a sandbox
+            resolve(None)
+        except SandboxUnavailable as error:
+            raise ValueError(f"task {name} runs model-written programs in pods.sandbox, "
+                             f"which cannot start here: {error}") from None
+        self.name, self._train, self._test, self.options = name, train, test, options
+        self.reward_workers = options.workers or default_workers()  # pods.tasks.scoring
+
+    def train(self) -> list[Problem]:
+        if self._train is None:
+            raise ValueError(f"{self.name} is a test set only; train on code or mbpp and "
+                             f"evaluate on {self.name} with `pods eval RUN --task {self.name}`.")
+        return self._train
+
+    def test(self) -> list[Problem]:
+        return self._test
+
+    def reward(self, completion: str, problem: Problem) -> float:
+        code = extract_code(completion)
+        if code is None:
+            return 0.0
+        count = len(Suite.from_answer(problem.answer).cases)
+        count = min(count, self.options.max_tests or count)
+        passed = 0
+        for i in range(count):
+            if self._passes(code, problem.answer, i):
+                passed += 1
+            elif self.options.reward == "all":
+                return 0.0
+        return passed / count if count else 0.0
+
+    def correct(self, completion: str, problem: Problem) -> bool:
+        """pass@1: every test of the problem passes."""
+        code = extract_code(completion)
+        count = len(Suite.from_answer(problem.answer).cases)
+        return code is not None and all(self._passes(code, problem.answer, i)
+                                        for i in range(count))
+
+    def format_ok(self, completion: str) -> bool:
+        return extract_code(completion) is not None
+
+    def _passes(self, code: str, answer: str, index: int) -> bool:
+        o = self.options
+        return run_test(code, answer, index, o.test_timeout, o.memory_mb)
+
+
+@lru_cache(maxsize=65536)
+def run_test(code: str, answer: str, index: int, timeout_s: float, memory_mb: int) -> bool:
+    """Whether ``code`` passes test ``index`` of the problem whose tests are ``answer``."""
+    from pods.sandbox import run_python
+
+    tests = Suite.from_answer(answer)
+    case = tests.cases[index]
+    if tests.kind == "assert":
+        program = f"{tests.setup}\n{code}\n{case}\n"
+        return run_python(program, "", timeout_s, memory_mb).status == "ok"
+    stdin, expected = case
+    program = code if tests.kind == "stdio" else \
+        CALL_PRELUDE + code + CALL_HARNESS.format(func=tests.func)
+    result = run_python(program, stdin, timeout_s, memory_mb)
+    if result.status != "ok":
+        return False
+    if tests.kind == "stdio":
+        return outputs_match(result.stdout, expected)
+    try:
+        return json.loads(result.stdout) == json.loads(expected)
+    except json.JSONDecodeError:
+        return False
+
+
+def code(data_dir: str | None, options: CodeOptions) -> CodeTask:
+    train, test = by_date(LIVECODEBENCH.rows(data_dir))
+    return CodeTask("code", to_problems(train, LIVECODEBENCH),
+                    to_problems(test, LIVECODEBENCH), options)
+
+
+def mbpp(data_dir: str | None, options: CodeOptions) -> CodeTask:
+    return CodeTask("mbpp", MBPP["train"].load(data_dir), MBPP["test"].load(data_dir), options)
+
+
+def humaneval(data_dir: str | None, options: CodeOptions) -> CodeTask:
+    return CodeTask("humaneval", None, HUMANEVAL.load(data_dir), options)

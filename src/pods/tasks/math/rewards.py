@@ -1,0 +1,66 @@
+"""The paper's rewards for math tasks: correctness plus small format and tag-count bonuses.
+
+As in the official single-GPU code (the paper, arXiv 2504.13818, and its official code):
+
+    reward = correctness * 1{grade(completion, gold)}          (1.0 or 0.0)
+           + format      * format_score(completion)            (0.1 x a score in [0, 1])
+           + tags        * tag_score(completion)               (0.1 x 0.25 per tag)
+
+Set ``format`` and ``tags`` to 0 for correctness only.
+
+    >>> text = "<think>\\n3 + 4 = 7\\n</think>\\n<answer>\\n7\\n</answer>"
+    >>> round(math_reward(text, "7"), 3)        # 1 + 0.1 * 1.0 + 0.1 * 1.0
+    1.2
+    >>> math_reward("The answer is 8.", "7", RewardWeights(format=0, tags=0))
+    0.0
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pods.tasks.math.grader import grade
+
+TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+_LAYOUT = re.compile(r"<think>.*</think>[ \n]?<answer>.*</answer>", flags=re.DOTALL)
+_WHOLE = re.compile(r"[ \n]?<think>.*</think>[ \n]?<answer>.*</answer>[ \n]?", flags=re.DOTALL)
+
+
+@dataclass(frozen=True)
+class RewardWeights:
+    correctness: float = 1.0  # for a correct final answer
+    format: float = 0.1  # times format_score: the <think>..</think><answer>..</answer> layout
+    tags: float = 0.1  # times tag_score: each of the four tags present exactly once
+
+
+PAPER_WEIGHTS = RewardWeights()
+
+
+def format_score(text: str) -> float:
+    """1 for the <think>...</think> <answer>...</answer> layout, minus 0.01 per character
+    outside it (floored at 0); 0 without the layout."""
+    match = _LAYOUT.search(text)
+    if match is None:
+        return 0.0
+    return max(0.0, 1.0 - 0.01 * (len(text) - len(match.group(0))))
+
+
+def format_correct(text: str) -> bool:
+    """The whole completion is exactly the layout (up to a space or newline at the ends):
+    the "format accuracy" of the evaluation protocol."""
+    return _WHOLE.fullmatch(text) is not None
+
+
+def tag_score(text: str) -> float:
+    """0.25 for each of <think>, </think>, <answer>, </answer> present exactly once."""
+    return sum(0.25 for tag in TAGS if text.count(tag) == 1)
+
+
+def math_reward(completion: str, gold: str, weights: RewardWeights = PAPER_WEIGHTS) -> float:
+    reward = weights.correctness * float(grade(completion, gold))
+    if weights.format:
+        reward += weights.format * format_score(completion)
+    if weights.tags:
+        reward += weights.tags * tag_score(completion)
+    return reward

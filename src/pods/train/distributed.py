@@ -1,0 +1,182 @@
+"""Data parallelism on an existing engine: accelerate (DDP, or FSDP2 for models that do not
+fit on one device) under ``torchrun`` or ``accelerate launch``. One process needs none of it.
+
+How a step is split over W ranks (see pods.train.trainer):
+    every rank draws the same P prompts (same seed) and takes its P/W of them;
+    it generates and scores their n rollouts each, so a group never leaves its rank;
+    rewards [P/W, n] are gathered into [P, n] on every rank, so selection, advantages and
+    metrics are computed on the whole batch, identically everywhere, exactly as on one
+    process; each rank then updates on the kept rows of its own prompts, and the engine
+    averages the gradients.
+Sampling is keyed by prompt (pods.rollout), so the rollouts do not depend on W either.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from contextlib import nullcontext
+from datetime import timedelta
+
+import torch
+from torch import Tensor
+
+from pods.models.policy import resolve_device
+
+
+class RankFailure(RuntimeError):
+    """A distributed run lost a rank (or was stopped by its launcher)."""
+
+
+def launched_world_size() -> int:
+    """Processes in this run, as torchrun / accelerate launch announce it."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+class Dist:
+    """This process's view of the run: rank, device, and the collectives the trainer uses.
+    With one process every collective is the identity and no engine is loaded."""
+
+    def __init__(self, device: str = "auto", timeout_s: float = 1800.0,
+                 world: int | None = None):
+        self.world = launched_world_size() if world is None else world
+        self.accelerator = None
+        if self.world == 1:
+            self.rank, self.device = 0, resolve_device(device)
+            return
+        from accelerate import Accelerator
+        from accelerate.utils import InitProcessGroupKwargs
+
+        cpu = device == "cpu" or not torch.cuda.is_available()
+        if device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device={device!r} names one device, but this run has "
+                             f"{self.world} processes, each placed by the launcher; use "
+                             f"--device auto (or cpu).")
+        self.accelerator = Accelerator(cpu=cpu, kwargs_handlers=[
+            InitProcessGroupKwargs(timeout=timedelta(seconds=timeout_s))])
+        self.rank, self.device = self.accelerator.process_index, self.accelerator.device
+        if "DEEPSPEED" in str(self.accelerator.distributed_type):
+            raise ValueError("DeepSpeed is not supported: its engine takes over gradient "
+                             "accumulation and loss scaling, which pods's update does itself. "
+                             "For models that do not fit on one device use FSDP2 "
+                             "(configs/accelerate/fsdp2.yaml).")
+        plugin = getattr(self.accelerator.state, "fsdp_plugin", None)
+        if self.sharded and getattr(plugin, "fsdp_version", 1) != 2:
+            raise ValueError("FSDP version 1 is not supported (generation needs the "
+                             "unflattened parameters): set fsdp_version: 2 in the accelerate "
+                             "config, as in configs/accelerate/fsdp2.yaml.")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def sharded(self) -> bool:
+        """Whether parameters and optimizer state are split over the ranks (FSDP): then
+        every forward pass, generation included, is a collective that all ranks make."""
+        return "FSDP" in str(getattr(self.accelerator, "distributed_type", "NO"))
+
+    def shard(self, count: int) -> slice:
+        """This rank's contiguous part of ``count`` items (count divisible by world)."""
+        per = count // self.world
+        return slice(self.rank * per, (self.rank + 1) * per)
+
+    def main_first(self):
+        """Rank 0 runs the block first (downloads, the tiny model's one-off warm-up, which
+        write caches), then the others, who find the caches filled."""
+        if self.accelerator is None:
+            return nullcontext()
+        return self.accelerator.main_process_first()
+
+    # ---- the engine ------------------------------------------------------------------
+    def prepare(self, model, optimizer):
+        if self.accelerator is None:
+            return model, optimizer
+        return self.accelerator.prepare(model, optimizer)
+
+    def unwrap(self, model):
+        return model if self.accelerator is None else self.accelerator.unwrap_model(model)
+
+    def no_sync(self, model, last: bool):
+        """Skip the gradient all-reduce on all but the last micro-batch."""
+        if self.accelerator is None or last:
+            return nullcontext()
+        return self.accelerator.no_sync(model)
+
+    def backward(self, loss: Tensor) -> None:
+        if self.accelerator is None:
+            loss.backward()
+        else:
+            self.accelerator.backward(loss)
+
+    def clip_grad_norm(self, model, max_norm: float) -> Tensor:
+        if self.accelerator is None:
+            return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        return self.accelerator.clip_grad_norm_(model.parameters(), max_norm)
+
+    def full_state_dict(self, model):
+        """The whole model's weights on rank 0 (a collective under FSDP), or
+        None where ``save_pretrained`` can read them from the module itself."""
+        return self.accelerator.get_state_dict(model) if self.sharded else None
+
+    def save_engine_state(self, path) -> None:
+        """FSDP only: every rank writes its optimizer (and weight) shards."""
+        if self.sharded:
+            self.accelerator.save_state(str(path))
+
+    def load_engine_state(self, path) -> None:
+        if not path.is_dir():
+            raise ValueError(f"{path.parent} was not written under FSDP (it has no "
+                             f"engine/ folder of sharded state); resume it the way it ran.")
+        self.accelerator.load_state(str(path))
+
+    # ---- collectives -------------------------------------------------------------------
+    def gather(self, x: Tensor) -> Tensor:
+        """Concatenate every rank's ``x`` [k, ...] in rank order: [W*k, ...]."""
+        if self.accelerator is None:
+            return x
+        return self.accelerator.gather(x.to(self.device)).cpu()
+
+    def reduce(self, values: dict[str, float], op: str) -> dict[str, float]:
+        """``values`` (same keys on every rank) reduced with op: sum, mean or max."""
+        if self.accelerator is None or not values:
+            return values
+        keys = sorted(values)
+        t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64,
+                         device=self.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX if op == "max"
+                                     else torch.distributed.ReduceOp.SUM)
+        if op == "mean":
+            t /= self.world
+        return dict(zip(keys, t.tolist(), strict=True))
+
+    def gather_objects(self, obj) -> list:
+        if self.accelerator is None:
+            return [obj]
+        out = [None] * self.world
+        torch.distributed.all_gather_object(out, obj)
+        return out
+
+    def broadcast_object(self, obj):
+        """Rank 0's ``obj`` on every rank."""
+        if self.accelerator is None:
+            return obj
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def barrier(self) -> None:
+        if self.accelerator is not None:
+            self.accelerator.wait_for_everyone()
+
+    # ---- failures ----------------------------------------------------------------------
+    def on_sigterm(self) -> None:
+        """torchrun sends SIGTERM to the other ranks when one fails: stop with a message."""
+        if self.accelerator is None:
+            return
+
+        def stop(signum, frame):
+            raise RankFailure(f"rank {self.rank} was stopped by the launcher (SIGTERM), "
+                              f"most likely because another rank failed")
+
+        signal.signal(signal.SIGTERM, stop)

@@ -1,0 +1,61 @@
+"""What a run shows while it trains: the training clock, the progress bar, the curve."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+
+class Clock:
+    """Training seconds, with the time of each phase of the current step."""
+
+    def __init__(self, seconds: float = 0.0):
+        self.seconds = seconds
+        self.phases: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            spent = time.perf_counter() - start
+            self.phases[f"time/{name}"] = self.phases.get(f"time/{name}", 0.0) + spent
+            self.seconds += spent
+
+
+class Progress:
+    """A tqdm bar over steps (with max_steps) or training seconds (with max_time only)."""
+
+    def __init__(self, cfg, seconds: float, steps: int, enabled: bool = True):
+        from tqdm.auto import tqdm
+
+        self.by_steps = cfg.max_steps is not None
+        total = cfg.max_steps if self.by_steps else cfg.max_time
+        self.bar = tqdm(total=total, initial=steps if self.by_steps else round(seconds),
+                        disable=not (cfg.progress and enabled),
+                        unit="step" if self.by_steps else "s",
+                        dynamic_ncols=True, mininterval=1.0)  # ~1 redraw/s, short logs
+
+    def update(self, record: dict, accuracy: float | None) -> None:
+        if self.by_steps:
+            self.bar.update(1)
+        else:
+            self.bar.update(min(round(record["time"]), self.bar.total) - self.bar.n)
+        acc = "-" if accuracy is None else f"{100 * accuracy:.1f}%"
+        self.bar.set_postfix_str(f"step {record['step']} reward "
+                                 f"{record['rollout/reward_mean']:.3f} test {acc} "
+                                 f"train {record['time']:.0f}s")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def plot_curve(run_dir: Path, log) -> None:
+    try:
+        from pods.experiments.plots import plot_run
+
+        plot_run(run_dir)
+    except Exception as error:  # a plot must never cost the run its checkpoint
+        log(f"could not draw the learning curve: {error}")

@@ -1,0 +1,113 @@
+"""The policy update on the kept rollouts: micro-batches, gradient accumulation, iterations."""
+
+from __future__ import annotations
+
+import resource
+import sys
+
+import torch
+from torch import Tensor
+
+from pods.core.loss import policy_loss
+from pods.models.policy import completion_logprobs
+from pods.rollout import Rollouts
+from pods.train.distributed import Dist
+
+
+def _micro_batches(batch_size: int, micro: int | None) -> list[slice]:
+    micro = micro or batch_size
+    return [slice(i, i + micro) for i in range(0, batch_size, micro)]
+
+
+def _logprobs(model, batch: Rollouts, part: slice, temperature: float) -> Tensor:
+    return completion_logprobs(model, batch.prompt_ids[part], batch.prompt_mask[part],
+                               batch.completion_ids[part], batch.completion_mask[part],
+                               temperature)  # [b, Lc]
+
+
+@torch.no_grad()
+def _frozen_logprobs(model, batch: Rollouts, parts: list[slice], temperature: float) -> Tensor:
+    return torch.cat([_logprobs(model, batch, part, temperature) for part in parts])
+
+
+def _reference_logprobs(model, ref_model, batch: Rollouts, parts: list[slice],
+                        temperature: float) -> Tensor:
+    """The reference policy's log-probs: a frozen copy, or with LoRA the base model itself
+    (adapter disabled), so that no second copy of the weights is held in memory."""
+    if ref_model is not None:
+        return _frozen_logprobs(ref_model, batch, parts, temperature)
+    with model.disable_adapter():
+        return _frozen_logprobs(model, batch, parts, temperature)
+
+
+def policy_update(model, ref_model, optimizer, batch: Rollouts, advantages: Tensor,
+                  cfg, dist: Dist | None = None, kept: int | None = None) -> dict[str, float]:
+    """``cfg.num_iterations`` optimizer steps on ``batch`` (B kept rollouts, advantages [B]),
+    each accumulating gradients over micro-batches. Returns the mean loss stats, and
+    ``rollout/logprob_gap`` where the engine returned its sampled log-probs: the mean
+    absolute difference per kept token between them and the trainer's recomputation
+    (the engine/trainer mismatch; taken from the first pass, before any optimizer step).
+
+    With ``dist`` (data parallel, W ranks), ``batch`` is this rank's share of the kept
+    rollouts and the engine averages the W gradients; each rank's loss is normalised by
+    the whole batch's normaliser / W, so the average is exactly the one-process loss.
+    ``kept`` is the whole batch's number of kept rollouts over the ranks (default B * W);
+    rows beyond it are padding with a zero completion mask (``pods.train.selection.rank_batch``)."""
+    dist = dist or Dist(world=1)
+    base = dist.unwrap(model)  # no-grad passes and the LoRA switch skip the engine wrapper
+    B = advantages.shape[0]
+    parts = _micro_batches(B, cfg.micro_batch_size)
+    mask = batch.completion_mask.float()  # [B, Lc]
+    if cfg.loss_norm == "token":  # the whole batch's tokens, summed over the ranks
+        tokens = dist.reduce({"tokens": mask.sum().item()}, "sum")["tokens"]
+        normalizer = max(tokens, 1.0) / dist.world
+    else:  # the one-process normaliser (kept sequences) / W
+        kept = B * dist.world if kept is None else kept
+        normalizer = kept / dist.world * (cfg.max_new_tokens if cfg.loss_norm == "constant"
+                                          else 1)
+    old = _frozen_logprobs(base, batch, parts, cfg.temperature) \
+        if cfg.num_iterations > 1 else None  # [B, Lc] the sampling policy, kept fixed
+    ref = _reference_logprobs(base, ref_model, batch, parts, cfg.temperature) \
+        if cfg.beta > 0 else None  # [B, Lc]
+    totals: dict[str, float] = {}
+    gap = 0.0  # summed |engine log-prob - recomputed log-prob| over the kept tokens
+    for iteration in range(cfg.num_iterations):
+        optimizer.zero_grad(set_to_none=True)
+        for i, part in enumerate(parts):
+            with dist.no_sync(model, last=i == len(parts) - 1):
+                logp = _logprobs(model, batch, part, cfg.temperature)  # [b, Lc]
+                if iteration == 0 and batch.logprobs is not None:  # still the sampling policy
+                    gap += ((logp.detach() - batch.logprobs[part].to(logp.device)).abs()
+                            * mask[part]).sum().item()
+                loss, stats = policy_loss(
+                    logp, None if old is None else old[part], advantages[part], mask[part],
+                    eps=cfg.clip_eps, eps_high=cfg.clip_eps_high, beta=cfg.beta,
+                    ref_logp=None if ref is None else ref[part], norm=cfg.loss_norm,
+                    normalizer=normalizer)
+                dist.backward(loss)
+            _add(totals, {"loss/loss": loss.item()}, 1.0)  # parts add up to the batch loss
+            share = mask[part].sum().item() / max(mask.sum().item(), 1)  # token share
+            _add(totals, stats.as_floats(), share)
+        if cfg.max_grad_norm > 0:
+            norm = dist.clip_grad_norm(model, cfg.max_grad_norm)
+            _add(totals, {"loss/grad_norm": norm.item()}, 1.0)
+        optimizer.step()
+    stats = dist.reduce({k: v / cfg.num_iterations for k, v in totals.items()}, "mean")
+    if batch.logprobs is not None:
+        summed = dist.reduce({"gap": gap, "tokens": mask.sum().item()}, "sum")
+        stats["rollout/logprob_gap"] = summed["gap"] / max(summed["tokens"], 1.0)
+    return stats
+
+
+def _add(totals: dict[str, float], values: dict[str, float], weight: float) -> None:
+    for k, v in values.items():
+        totals[k] = totals.get(k, 0.0) + weight * v
+
+
+def peak_memory_mb(device: torch.device) -> dict[str, float]:
+    """Peak resident memory of this process (and peak GPU memory on CUDA), in MB."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB on Linux, bytes on macOS
+    out = {"mem/peak_rss_mb": rss / (2**20 if sys.platform == "darwin" else 2**10)}
+    if device.type == "cuda":
+        out["mem/peak_gpu_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return out

@@ -1,0 +1,93 @@
+"""LoRA through PEFT: only adapter weights train, the reference is the adapter-disabled base,
+checkpoints hold the adapter, and `pods export` merges it into a standalone model."""
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from pods.config import TrainConfig
+from pods.models.export import export_checkpoint
+from pods.models.policy import load_saved_policy
+from pods.tasks import get_task
+from pods.train.metrics import read_metrics
+from pods.train.trainer import Trainer, resume, train
+from runs import config
+
+LORA = dict(lora_rank=4, lora_alpha=8.0, lr=5e-2)
+
+
+def test_lora_run_trains_only_the_adapter(tiny_model_dir, tmp_path):
+    run = train(config(tiny_model_dir, tmp_path, **LORA))
+    saved = run / "checkpoints" / "step_000002" / "model"
+    assert (saved / "adapter_config.json").is_file() and not (saved / "model.safetensors").exists()
+    adapter = load_file(saved / "adapter_model.safetensors")
+    assert adapter and all("lora_" in k for k in adapter)
+    assert any("lora_B" in k and v.abs().sum() > 0 for k, v in adapter.items())  # B starts at 0
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+    model, _ = load_saved_policy(saved, tiny_model_dir, get_task("even_start"),
+                                 torch.device("cpu"), TrainConfig(**LORA).model_options())
+    frozen = {k.replace(".base_layer", ""): v
+              for k, v in model.get_base_model().state_dict().items() if "lora_" not in k}
+    assert frozen.keys() == base.keys()
+    for name, weight in base.items():  # every base weight is exactly as it was
+        torch.testing.assert_close(frozen[name], weight, rtol=0, atol=0)
+
+
+def test_kl_reference_is_the_adapter_disabled_base(tiny_model_dir, tmp_path):
+    cfg = config(tiny_model_dir, tmp_path, beta=0.1, **LORA)
+    trainer = Trainer(cfg, tmp_path / "t", log=lambda *_: None)
+    assert trainer.ref_model is None  # no second copy of the weights
+    run = train(cfg.replace(run_name="kl"))
+    assert read_metrics(run / "metrics.jsonl", "step")[-1]["loss/kl"] > 0
+
+
+def test_lora_resume_matches_an_uninterrupted_run(tiny_model_dir, tmp_path):
+    whole = train(config(tiny_model_dir, tmp_path, max_steps=3, run_name="whole", **LORA))
+    part = train(config(tiny_model_dir, tmp_path, max_steps=1, run_name="part", **LORA))
+    resume(part, {"max_steps": 3})
+    a = load_file(whole / "checkpoints" / "step_000003" / "model" / "adapter_model.safetensors")
+    b = load_file(part / "checkpoints" / "step_000003" / "model" / "adapter_model.safetensors")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6)
+
+
+def test_export_merges_the_adapter(tiny_model_dir, tmp_path):
+    run = train(config(tiny_model_dir, tmp_path, **LORA))
+    out = export_checkpoint(run, tmp_path / "exported")
+    merged = AutoModelForCausalLM.from_pretrained(out)
+    assert not (out / "adapter_config.json").exists()
+    peft_model, tokenizer = load_saved_policy(
+        run / "checkpoints" / "step_000002" / "model", tiny_model_dir, get_task("even_start"),
+        torch.device("cpu"), TrainConfig(**LORA).model_options())
+    ids = tokenizer(["12+34="], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        torch.testing.assert_close(merged(ids).logits, peft_model(ids).logits, atol=1e-5,
+                                   rtol=1e-4)
+        base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+        assert not torch.allclose(merged(ids).logits, base(ids).logits)
+    with pytest.raises(ValueError, match="not empty"):
+        export_checkpoint(run, out)
+
+
+def test_export_of_a_full_fine_tune(tiny_model_dir, tmp_path):
+    run = train(config(tiny_model_dir, tmp_path))
+    out = export_checkpoint(run / "checkpoints" / "step_000002", tmp_path / "full")
+    assert (out / "config.json").is_file() and (out / "tokenizer.json").is_file()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(dtype="fp8"), "unknown dtype"),
+    (dict(lora_rank=-1), "lora_rank must be >= 0"),
+    (dict(lora_dropout=1.0), "lora_dropout"),
+])
+def test_model_option_errors(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**overrides)
+
+
+@pytest.mark.parametrize("lora", [{}, LORA], ids=["full", "lora"])
+def test_gradient_checkpointing_trains(tiny_model_dir, tmp_path, lora):
+    run = train(config(tiny_model_dir, tmp_path, gradient_checkpointing=True, **lora))
+    steps = read_metrics(run / "metrics.jsonl", "step")
+    assert len(steps) == 2 and steps[-1]["loss/grad_norm"] > 0

@@ -1,0 +1,71 @@
+"""Reward errors: what the message says, and the two policies."""
+
+import math
+
+import numpy as np
+import pytest
+
+from pods.tasks import Problem
+from pods.tasks.scoring import RewardError, Scorer, checked_reward
+
+PROBLEM = Problem("12+30=", "24")
+
+
+class Returns:
+    """A task whose reward returns (or raises) what it is given."""
+
+    reward_name = "my_rewards:judge"
+
+    def __init__(self, value):
+        self.value = value
+
+    def reward(self, completion, problem):
+        if isinstance(self.value, Exception):
+            raise self.value
+        return self.value
+
+
+@pytest.mark.parametrize("value, says", [
+    (KeyError("score"), "raised KeyError: 'score'"),
+    (float("nan"), "returned nan (float), not a finite number"),
+    (math.inf, "returned inf (float), not a finite number"),
+    ("yes", "returned 'yes' (str), not a finite number"),
+    (None, "returned None (NoneType), not a finite number"),
+])
+def test_a_reward_error_names_function_value_problem_and_completion(value, says):
+    with pytest.raises(RewardError) as caught:
+        checked_reward(Returns(value), "42" * 100, PROBLEM)
+    message = str(caught.value)
+    assert message.startswith(f"reward function my_rewards:judge {says}; problem '12+30='")
+    assert "completion '" + "42" * 40 + "...'" in message  # the start of the completion
+
+
+@pytest.mark.parametrize("value", [1, 0.5, True, np.float32(0.25), np.int64(2)])
+def test_finite_numbers_of_any_numeric_type_are_rewards(value):
+    assert checked_reward(Returns(value), "x", PROBLEM) == float(value)
+
+
+def test_a_task_without_a_reward_name_is_named_by_its_class():
+    class Plain:
+        def reward(self, completion, problem):
+            raise ValueError("boom")
+
+    with pytest.raises(RewardError, match=r"^reward function Plain.reward raised ValueError"):
+        checked_reward(Plain(), "x", PROBLEM)
+
+
+def test_zero_policy_scores_zero_counts_and_warns_once():
+    warnings = []
+
+    class Flaky:
+        def reward(self, completion, problem):
+            return float("nan") if completion == "bad" else 1.0
+
+    scorer = Scorer(Flaky(), "zero", warn=warnings.append)
+    rewards, errors = scorer.rewards(["ok", "bad", "bad", "ok"], [PROBLEM, PROBLEM], n=2)
+    assert rewards.tolist() == [[1.0, 0.0], [0.0, 1.0]] and errors == 2
+    assert len(warnings) == 1 and "Scored 0 (reward_errors=zero)" in warnings[0]
+    with pytest.raises(RewardError):
+        Scorer(Flaky(), "raise").rewards(["bad"], [PROBLEM], n=1)
+    with pytest.raises(ValueError, match="unknown reward_errors 'skip'"):
+        Scorer(Flaky(), "skip")

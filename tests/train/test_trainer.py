@@ -1,0 +1,338 @@
+import pytest
+import torch
+
+from pods.train import selection as selection_module
+from pods.train import trainer as trainer_module
+from pods.train.metrics import read_metrics
+from pods.train.trainer import Trainer, resume, train, train_or_resume
+from runs import config, weights
+
+
+def test_two_step_run_changes_the_model_and_writes_everything(tiny_model_dir, tmp_path):
+    said = []
+    run = train(config(tiny_model_dir, tmp_path), log=lambda *a, **k: said.append(str(a[0])))
+    records = read_metrics(run / "metrics.jsonl")
+    steps = [r for r in records if r["kind"] == "step"]
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert [r["step"] for r in steps] == [1, 2]
+    assert evals[0]["step"] == 0 and evals[0]["time"] == 0.0  # the starting policy
+    assert evals[-1]["step"] == 2 and records[-1]["kind"] == "done"
+    for key in ("rollout/reward_mean", "select/var_kept", "select/var_full",
+                "select/zero_var_frac", "loss/loss", "loss/clip_frac", "time/generate",
+                "time/reward", "time/select", "time/update", "mem/peak_rss_mb",
+                "rollout/completion_len"):
+        assert key in steps[0], key
+    assert steps[1]["time"] > steps[0]["time"] > 0
+    start, end = weights(tiny_model_dir), weights(run / "checkpoints" / "step_000002" / "model")
+    assert any(not torch.equal(start[k], end[k]) for k in start)
+    assert (run / "config.yaml").is_file() and (run / "curve.png").stat().st_size > 1000
+    assert (run / "checkpoints" / "latest").read_text() == "step_000002"
+    # the run ends with its summary: accuracy at start, best and end, steps, phases, files
+    first, last = evals[0]["eval/accuracy"], evals[-1]["eval/accuracy"]
+    summary = said[-1].splitlines()
+    assert summary[0] == f"run folder: {run}"
+    assert summary[1].startswith(f"test accuracy: {100 * first:.1f}% at the start, best ")
+    assert summary[1].endswith(f"{100 * last:.1f}% at the end")
+    assert summary[2].startswith(f"2 steps in {steps[-1]['time']:.1f} training seconds")
+    assert "generate" in summary[2] and "update" in summary[2] and "sync" in summary[2]
+    assert summary[3] == f"learning curve: {run / 'curve.png'}"
+
+
+def test_update_sees_only_the_kept_rollouts(tiny_model_dir, tmp_path, monkeypatch):
+    seen = []
+    real = trainer_module.policy_update
+
+    def spy(model, ref, optimizer, batch, advantages, cfg, dist, kept):
+        seen.append((batch.completion_ids.shape[0], advantages.shape[0], kept))
+        return real(model, ref, optimizer, batch, advantages, cfg, dist, kept)
+
+    monkeypatch.setattr(trainer_module, "policy_update", spy)
+    train(config(tiny_model_dir, tmp_path, prompts_per_step=3, n=8, m=3))
+    assert seen == [(9, 9, 9), (9, 9, 9)]  # P*m = 3*3 of the P*n = 24 generated
+
+
+def test_batch_selection_keeps_p_times_m_across_groups(tiny_model_dir, tmp_path, monkeypatch):
+    """selection=batch: at most P*m rows reach the update, no group keeps 1, a group
+    without variance keeps none, and the advantages are those of each group's kept ones."""
+    seen = []
+    real = selection_module.batch_max_variance
+
+    def spy(rewards, budget, max_per_group):
+        keep = real(rewards, budget, max_per_group)
+        seen.append((rewards, keep))
+        return keep
+
+    monkeypatch.setattr(selection_module, "batch_max_variance", spy)
+    run = train(config(tiny_model_dir, tmp_path, prompts_per_step=4, n=8, m=3, max_steps=3,
+                       selection="batch", temperature=2.0))
+    steps = read_metrics(run / "metrics.jsonl", "step")
+    for (rewards, keep), record in zip(seen, steps, strict=True):
+        assert keep.shape == (4, 8) and int(keep.sum()) <= 12  # P * m
+        sizes = keep.sum(1)
+        assert ((sizes == 0) | (sizes >= 2)).all()
+        flat = rewards.amax(1) == rewards.amin(1)
+        assert (sizes[flat] == 0).all()
+        assert record["select/kept"] == int(keep.sum())
+        assert record["select/zero_var_frac"] == 0.0  # a kept group always has contrast
+    assert any(int(keep.sum()) == 12 for _, keep in seen)  # the budget is used
+
+
+def test_a_step_that_keeps_nothing_skips_the_update(tiny_model_dir, tmp_path, monkeypatch):
+    """Batch selection when every group's rewards are equal: nothing is kept, no optimizer
+    step is taken, the model stays as it was, and the step is still logged."""
+    monkeypatch.setattr(trainer_module.Scorer, "rewards",
+                        lambda self, texts, problems, n: (torch.zeros(len(problems), n), 0))
+    run = train(config(tiny_model_dir, tmp_path, selection="batch"))
+    steps = read_metrics(run / "metrics.jsonl", "step")
+    assert [r["select/kept"] for r in steps] == [0, 0]
+    assert not any(key.startswith("loss/") for r in steps for key in r)
+    before, after = weights(tiny_model_dir), weights(run / "checkpoints" / "step_000002" / "model")
+    for k in before:
+        torch.testing.assert_close(after[k], before[k], rtol=0, atol=0)
+
+
+def test_length_rules_get_each_rollouts_completion_length(tiny_model_dir, tmp_path,
+                                                         monkeypatch):
+    seen = []
+    real = selection_module.downsample
+
+    def spy(rewards, m, rule, generator=None, lengths=None):
+        idx = real(rewards, m, rule, generator, lengths=lengths)
+        seen.append((lengths, idx))
+        return idx
+
+    monkeypatch.setattr(selection_module, "downsample", spy)
+    train(config(tiny_model_dir, tmp_path, prompts_per_step=3, n=8, m=3, rule="shortest",
+                 max_new_tokens=8, temperature=2.0))
+    lengths, idx = seen[0]
+    assert lengths.shape == (3, 8) and lengths.min() >= 1 and lengths.max() <= 8
+    assert lengths.unique().numel() > 1  # lengths differ, so the choice is a real one
+    kept = lengths.gather(1, idx)  # [P, m]: no dropped rollout is shorter than a kept one
+    dropped = lengths.masked_fill(torch.zeros_like(lengths, dtype=torch.bool).scatter(
+        1, idx, True), float("inf"))
+    assert (kept.amax(1) <= dropped.amin(1)).all()
+
+
+def test_resume_matches_an_uninterrupted_run(tiny_model_dir, tmp_path):
+    whole = train(config(tiny_model_dir, tmp_path, max_steps=4, run_name="whole"))
+    part = train(config(tiny_model_dir, tmp_path, max_steps=2, run_name="part"))
+    resume(part, {"max_steps": 4})
+    a = weights(whole / "checkpoints" / "step_000004" / "model")
+    b = weights(part / "checkpoints" / "step_000004" / "model")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6)
+    rewards = [[r["rollout/reward_mean"] for r in read_metrics(run / "metrics.jsonl", "step")]
+               for run in (whole, part)]
+    assert rewards[0] == rewards[1] and len(rewards[0]) == 4
+
+
+def test_ctrl_c_checkpoints_and_resume_continues(tiny_model_dir, tmp_path, monkeypatch):
+    real_step = Trainer.step
+
+    def step_then_interrupt(self):
+        if self.step_count == 2:
+            raise KeyboardInterrupt
+        return real_step(self)
+
+    monkeypatch.setattr(Trainer, "step", step_then_interrupt)
+    cfg = config(tiny_model_dir, tmp_path, max_steps=4)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg)
+    run = tmp_path / "run"
+    assert (run / "checkpoints" / "latest").read_text() == "step_000002"
+    monkeypatch.setattr(Trainer, "step", real_step)
+    train_or_resume(cfg)  # what `pods compare` does with an unfinished run
+    steps = [r["step"] for r in read_metrics(run / "metrics.jsonl", "step")]
+    assert steps == [1, 2, 3, 4]
+
+
+def test_truncated_metrics_line_after_a_hard_kill_is_ignored_on_resume(tiny_model_dir,
+                                                                        tmp_path):
+    run = train(config(tiny_model_dir, tmp_path, max_steps=2))
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"kind": "step", "step": 3, "time": 9.')  # killed mid-write
+    resume(run, {"max_steps": 3})
+    assert [r["step"] for r in read_metrics(run / "metrics.jsonl", "step")] == [1, 2, 3]
+    # the records taken out (the first run's "done") are kept aside, the broken line is not
+    assert [r["kind"] for r in read_metrics(run / "metrics.redone.jsonl")] == ["done"]
+
+
+def test_an_existing_run_is_never_overwritten(tiny_model_dir, tmp_path):
+    train(config(tiny_model_dir, tmp_path))
+    with pytest.raises(ValueError, match="--resume"):
+        train(config(tiny_model_dir, tmp_path))
+
+
+def test_time_budget_and_periodic_evaluation(tiny_model_dir, tmp_path):
+    run = train(config(tiny_model_dir, tmp_path, max_steps=None, max_time=1.0,
+                       eval_every=0.3))
+    records = read_metrics(run / "metrics.jsonl")
+    steps = [r for r in records if r["kind"] == "step"]
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert steps[-1]["time"] >= 1.0 and steps[-2]["time"] < 1.0
+    assert len(evals) >= 3  # time 0, every 0.3 training seconds, the end
+    assert all(e["time"] <= s["time"] for e, s in zip(evals[1:], evals[2:], strict=False))
+
+
+def test_gradient_accumulation_matches_one_pass(tiny_model_dir, tmp_path):
+    one = train(config(tiny_model_dir, tmp_path, max_steps=1, run_name="one"))
+    acc = train(config(tiny_model_dir, tmp_path, max_steps=1, run_name="acc",
+                       micro_batch_size=2))
+    a = weights(one / "checkpoints" / "step_000001" / "model")
+    b = weights(acc / "checkpoints" / "step_000001" / "model")
+    for k in a:  # Adam's first step is about lr * sign(grad): a float-noise-sized gradient
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-4)  # may flip (lr = 1e-2)
+    step_one, step_acc = (read_metrics(r / "metrics.jsonl", "step")[0] for r in (one, acc))
+    for key in ("loss/loss", "loss/grad_norm"):  # the scale Adam would hide
+        assert step_acc[key] == pytest.approx(step_one[key], rel=1e-5, abs=1e-7)
+
+
+def test_multiple_iterations_and_kl_run(tiny_model_dir, tmp_path):
+    run = train(config(tiny_model_dir, tmp_path, num_iterations=2, beta=0.1,
+                       loss_norm="token"))
+    step = read_metrics(run / "metrics.jsonl", "step")[-1]
+    assert step["loss/kl"] > 0  # the policy moved away from the reference
+    assert step["loss/ratio_mean"] != 1.0  # the second iteration is off-policy
+
+
+def test_a_model_that_cannot_load_leaves_no_run_folder(tmp_path):
+    missing = str(tmp_path / "no" / "model-here")  # neither a folder nor a valid hub id
+    with pytest.raises(ValueError, match="could not load the model"):
+        train(config(missing, tmp_path))
+    assert not (tmp_path / "run").exists()
+
+
+class FailsOnCall:
+    """The toy task's reward, raising (or returning NaN) on the k-th call only."""
+
+    def __init__(self, k: int, value=None):
+        from toy_task import EvenStart
+
+        self.inner, self.k, self.calls, self.value = EvenStart(), k, 0, value
+
+    def reward(self, completion, problem):
+        self.calls += 1
+        if self.calls == self.k:
+            if self.value is None:
+                raise RuntimeError("judge timed out")
+            return self.value
+        return self.inner.reward(completion, problem)
+
+
+def _score_with(monkeypatch, task):
+    """Trainers built from here on score (and evaluate) with ``task``'s reward; returns
+    the real Trainer.__init__ to put back."""
+    real_init = Trainer.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.task = self.scorer.task = task
+
+    monkeypatch.setattr(Trainer, "__init__", init)
+    return real_init
+
+
+def test_a_raising_reward_stops_with_a_checkpoint_of_the_last_complete_step(
+        tiny_model_dir, tmp_path, monkeypatch):
+    """The reward raises while step 3 is scored: the run stops naming the function, and
+    the checkpoint is of step 2 with step 3's draws rewound, so resuming gives exactly the
+    uninterrupted run."""
+    whole = train(config(tiny_model_dir, tmp_path, max_steps=4, run_name="whole"))
+    evals, per_step = 12, 3 * 6  # reward calls: the first evaluation, then P*n per step
+    real_init = _score_with(monkeypatch, FailsOnCall(evals + 2 * per_step + 5))
+    said = []
+    with pytest.raises(ValueError, match=r"reward function FailsOnCall.reward raised "
+                                         r"RuntimeError: judge timed out; problem '"):
+        train(config(tiny_model_dir, tmp_path, max_steps=4, run_name="part"),
+              log=lambda *a, **k: said.append(str(a[0])))
+    part = tmp_path / "part"
+    assert (part / "checkpoints" / "latest").read_text() == "step_000002"
+    assert any(f"--resume {part}" in line for line in said)
+    monkeypatch.setattr(Trainer, "__init__", real_init)
+    resume(part)
+    rewards = [[r["rollout/reward_mean"] for r in read_metrics(run / "metrics.jsonl", "step")]
+               for run in (whole, part)]
+    assert rewards[0] == rewards[1] and len(rewards[0]) == 4
+    a = weights(whole / "checkpoints" / "step_000004" / "model")
+    b = weights(part / "checkpoints" / "step_000004" / "model")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6)
+
+
+def test_zero_policy_scores_bad_rewards_zero_and_counts_them(tiny_model_dir, tmp_path,
+                                                             monkeypatch):
+    _score_with(monkeypatch, FailsOnCall(12 + 4, value=float("nan")))  # step 1: one NaN
+    said = []
+    run = train(config(tiny_model_dir, tmp_path, reward_errors="zero"),
+                log=lambda *a, **k: said.append(str(a[0])))
+    steps = read_metrics(run / "metrics.jsonl", "step")
+    assert [r["rollout/reward_errors"] for r in steps] == [1, 0]
+    warnings = [line for line in said if "reward_errors=zero" in line]
+    assert len(warnings) == 1 and "returned nan (float)" in warnings[0]
+
+
+def test_resume_falls_back_when_the_newest_checkpoint_cannot_be_read(tiny_model_dir,
+                                                                      tmp_path):
+    run = train(config(tiny_model_dir, tmp_path, max_steps=2))
+    resume(run, {"max_steps": 4})  # checkpoints of steps 2 and 4
+    weights_file = next((run / "checkpoints" / "step_000004" / "model").glob("*.safetensors"))
+    weights_file.write_bytes(weights_file.read_bytes()[:100])  # truncated
+    said = []
+    resume(run, {"max_steps": 5}, log=lambda *a, **k: said.append(str(a[0])))
+    assert any("step_000004 cannot be read" in line for line in said)
+    assert any("falling back to step_000002" in line for line in said)
+    steps = [r["step"] for r in read_metrics(run / "metrics.jsonl", "step")]
+    assert steps == [1, 2, 3, 4, 5]  # steps 3 and 4 redone from step 2, then step 5
+    assert (run / "checkpoints" / "latest").read_text() == "step_000005"
+
+
+def test_a_failed_checkpoint_write_keeps_the_previous_one(tiny_model_dir, tmp_path,
+                                                          monkeypatch):
+    """A write that fails inside the real writers (safetensors, torch.save), as on a full
+    disk: a file-size limit (RLIMIT_FSIZE) set just before the checkpoint of step 3 makes
+    the first large file's write fail with EFBIG. The partial copy goes, the previous
+    checkpoint stays, the error is one readable line, and the run goes on from it."""
+    import resource
+    import signal
+
+    from pods.train.checkpoint import CheckpointWriteError, latest_checkpoint
+
+    run = train(config(tiny_model_dir, tmp_path, max_steps=2))
+    real_finish = trainer_module.finish_checkpoint
+
+    def on_a_full_disk(*args, **kwargs):
+        limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, limits[1]))
+        try:
+            return real_finish(*args, **kwargs)
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, not a kill
+    monkeypatch.setattr(trainer_module, "finish_checkpoint", on_a_full_disk)
+    try:
+        with pytest.raises(CheckpointWriteError, match=r"could not write the checkpoint of "
+                           r"step 3 .*(File too large|SafetensorError|RuntimeError).*"
+                           r"step_000002, is intact"):
+            resume(run, {"max_steps": 3})
+    finally:
+        signal.signal(signal.SIGXFSZ, old_handler)
+    monkeypatch.setattr(trainer_module, "finish_checkpoint", real_finish)
+    assert latest_checkpoint(run).name == "step_000002"
+    assert not list((run / "checkpoints").glob(".tmp_*"))  # the partial copy is gone
+    resume(run, {"max_steps": 3})  # and the run goes on from it
+    assert (run / "checkpoints" / "latest").read_text() == "step_000003"
+
+
+def test_a_raising_reward_under_zero_is_scored_zero_at_the_step_it_raises(
+        tiny_model_dir, tmp_path, monkeypatch):
+    """--reward-errors zero with a reward that raises (not only NaN), at step 2 of 3."""
+    evals, per_step = 12, 3 * 6  # reward calls: the first evaluation, then P*n per step
+    _score_with(monkeypatch, FailsOnCall(evals + per_step + 4))
+    said = []
+    run = train(config(tiny_model_dir, tmp_path, max_steps=3, reward_errors="zero"),
+                log=lambda *a, **k: said.append(str(a[0])))
+    steps = read_metrics(run / "metrics.jsonl", "step")
+    assert [r["rollout/reward_errors"] for r in steps] == [0, 1, 0]
+    warnings = [line for line in said if "reward_errors=zero" in line]
+    assert len(warnings) == 1 and "raised RuntimeError: judge timed out" in warnings[0]
