@@ -89,18 +89,24 @@ def time_generation(engine, prompts, n, new, repeats) -> tuple[float, float]:
 
 def time_update(model, engine, prompts, new, m=16) -> float:
     """Seconds of one pods.train.update step on P*m kept rollouts (after a warm-up step)."""
-    from pods.config import TrainConfig
+    from pods.config import from_dict
     from pods.rollout import sample_keys
     from pods.train.update import policy_update
 
     batch = engine.generate(prompts, m, 1.0, new, sample_keys(7, torch.arange(len(prompts))))
-    cfg = TrainConfig(prompts_per_step=len(prompts), n=64, m=m, max_new_tokens=new)
+    cfg = from_dict(dict(prompts_per_step=len(prompts), n=64, m=m, max_new_tokens=new))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
     advantages = torch.randn(len(batch.texts))
+
+    def update(cfg):
+        policy_update(model, None, optimizer, batch, advantages, cfg.optim, cfg.loss,
+                      temperature=cfg.rollout.temperature,
+                      max_new_tokens=cfg.rollout.max_new_tokens)
+
     model.train()
-    policy_update(model, None, optimizer, batch, advantages, cfg)
+    update(cfg)
     start = time.perf_counter()
-    policy_update(model, None, optimizer, batch, advantages, cfg)
+    update(cfg)
     seconds = time.perf_counter() - start
     model.eval()
     return seconds
@@ -109,7 +115,8 @@ def time_update(model, engine, prompts, new, m=16) -> float:
 def measure(size: str, folder: str, repeats: int) -> list[dict]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pods.rollout import EngineOptions, HFEngine, make_engine
+    from pods.config import RolloutConfig
+    from pods.rollout import HFEngine, make_engine
 
     path, prompts, new, P = setting(size, folder)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -122,9 +129,9 @@ def measure(size: str, folder: str, repeats: int) -> list[dict]:
                         time_generation(hf, prompts, n, new, repeats), strict=True))}
             for n in (16, 64)]
     update = time_update(model, hf, prompts, new)
-    vllm = make_engine(EngineOptions(engine="vllm", gen_batch_size=512,
-                                     max_model_len=len(tokenizer(prompts[0])["input_ids"])
-                                     + new), model, tokenizer, torch.device("cpu"))
+    vllm = make_engine(RolloutConfig(engine="vllm", gen_batch_size=512), model, tokenizer,
+                       torch.device("cpu"),
+                       max_model_len=len(tokenizer(prompts[0])["input_ids"]) + new)
     rows += [{"size": rows[0]["size"], "engine": "vllm", "n": n,
               **dict(zip(("rollouts_s", "tokens_s"),
                          time_generation(vllm, prompts, n, new, repeats), strict=True))}

@@ -51,13 +51,13 @@ PHASES = ("generate", "reward", "select", "update")
 
 
 def native(P: int, n: int, m: int, steps: int, beta: float = 0.0) -> list[dict]:
-    from pods.config import TrainConfig
+    from pods.config import from_dict
     from pods.train.trainer import Trainer
 
-    config = TrainConfig(model="tiny", task="arithmetic", prompts_per_step=P, n=n, m=m,
+    config = from_dict(dict(model="tiny", task="arithmetic", prompts_per_step=P, n=n, m=m,
                          lr=LR, max_new_tokens=MAX_NEW_TOKENS, temperature=TEMPERATURE,
                          max_steps=steps, max_time=None, device="cpu", progress=False,
-                         seed=SEED, beta=beta)
+                         seed=SEED, beta=beta))
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = Trainer(config, Path(run_dir), log=lambda *args, **kwargs: None)
         records = []
@@ -74,12 +74,11 @@ def trl(P: int, n: int, m: int, steps: int, pods: bool, beta: float = 0.0) -> li
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
 
-    from pods.config import TrainConfig
     from pods.models.tiny import tiny_model_path
     from pods.rollout.prompts import render_prompts
     from pods.tasks import get_task
 
-    task = get_task("arithmetic", TrainConfig().task_options())
+    task = get_task("arithmetic")
     model_dir = str(tiny_model_path(task, log=lambda *args: None))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     problems = task.train()

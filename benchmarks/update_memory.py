@@ -34,7 +34,7 @@ P, N, PROMPT, COMPLETION = 2, 64, 64, 192
 def measure(m: int, micro: int | None, device: str) -> dict:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from pods.config import TrainConfig
+    from pods.config import from_dict
     from pods.rollout import Rollouts
     from pods.train.update import policy_update
 
@@ -51,10 +51,16 @@ def measure(m: int, micro: int | None, device: str) -> dict:
                      completion_ids=torch.randint(0, 4096, (B, COMPLETION), device=dev),
                      completion_mask=torch.ones(B, COMPLETION, dtype=torch.long, device=dev),
                      texts=[""] * B)
-    cfg = TrainConfig(prompts_per_step=P, n=N, m=m, micro_batch_size=micro,
-                      max_new_tokens=COMPLETION, device=device)
+    cfg = from_dict(dict(prompts_per_step=P, n=N, m=m, micro_batch_size=micro,
+                      max_new_tokens=COMPLETION, device=device))
     advantages = torch.randn(B, device=dev)
-    policy_update(model, None, optimizer, batch, advantages, cfg)  # warm-up: optimizer state
+
+    def update(cfg):
+        policy_update(model, None, optimizer, batch, advantages, cfg.optim, cfg.loss,
+                      temperature=cfg.rollout.temperature,
+                      max_new_tokens=cfg.rollout.max_new_tokens)
+
+    update(cfg)  # warm-up: optimizer state
     if dev.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats(dev)
@@ -62,7 +68,7 @@ def measure(m: int, micro: int | None, device: str) -> dict:
     else:
         before = _rss_mb()
     start = time.perf_counter()
-    policy_update(model, None, optimizer, batch, advantages, cfg)
+    update(cfg)
     if dev.type == "cuda":
         torch.cuda.synchronize()
         peak = (torch.cuda.max_memory_allocated(dev) - before) / 2**20

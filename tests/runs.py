@@ -3,7 +3,7 @@
 import torch
 from transformers import AutoModelForCausalLM
 
-from pods.config import TrainConfig
+from pods.config import TrainConfig, from_dict
 
 
 def config(model_dir, tmp_path, **overrides) -> TrainConfig:
@@ -11,8 +11,20 @@ def config(model_dir, tmp_path, **overrides) -> TrainConfig:
                 max_steps=2, max_time=None, eval_every=1e9, eval_size=12,
                 checkpoint_every=1e9, out_dir=str(tmp_path), run_name="run", progress=False,
                 lr=1e-2)
-    return TrainConfig(**{**base, **overrides})
+    return from_dict({**base, **overrides})
 
 
 def weights(path) -> dict[str, torch.Tensor]:
     return AutoModelForCausalLM.from_pretrained(path).state_dict()
+
+
+def task_config(**flat):
+    """The task group of a config given flat keys (``data_dir=...``, ``correctness_weight=...``)."""
+    return from_dict(flat).task
+
+
+def flat(config):
+    """A config's flat keys as attributes (``flat(c).n``), for asserting many at once."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**config.to_dict())

@@ -3,6 +3,7 @@ import argparse
 import pytest
 
 from pods.config import TrainConfig, add_config_flags, config_from_args, from_dict, save_yaml
+from runs import flat
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -35,7 +36,7 @@ from pods.config import TrainConfig, add_config_flags, config_from_args, from_di
 ])
 def test_invalid_values_say_what_to_change(overrides, message):
     with pytest.raises(ValueError, match=message):
-        TrainConfig(**overrides)
+        from_dict(overrides)
 
 
 def test_unknown_field():
@@ -46,8 +47,8 @@ def test_unknown_field():
 def test_frozen_and_replace():
     c = TrainConfig()
     with pytest.raises(AttributeError):
-        c.n = 3
-    assert c.replace(n=64, m=16).n == 64 and c.n == TrainConfig().n
+        c.rollout.n = 3
+    assert c.replace(n=64, m=16).rollout.n == 64 and c.rollout.n == TrainConfig().rollout.n
 
 
 def parse(argv):
@@ -60,15 +61,16 @@ def parse(argv):
 def test_yaml_then_flags(tmp_path):
     path = tmp_path / "x.yaml"
     path.write_text("n: 64\nm: 16\nrule: random\nmax_time: 30\n")
-    c = parse(["--config", str(path), "--m", "8", "--max-steps", "5", "--eval_size", "none"])
+    c = flat(parse(["--config", str(path), "--m", "8", "--max-steps", "5", "--eval_size",
+                    "none"]))
     assert (c.n, c.m, c.rule, c.max_time, c.max_steps, c.eval_size) == (64, 8, "random",
                                                                          30.0, 5, None)
     assert parse([]) == TrainConfig()  # no flags: defaults
-    assert parse(["--progress", "false"]).progress is False
+    assert parse(["--progress", "false"]).run.progress is False
 
 
 def test_saved_yaml_round_trips(tmp_path):
-    c = TrainConfig(n=64, m=16, micro_batch_size=4, max_steps=3)
+    c = from_dict(dict(n=64, m=16, micro_batch_size=4, max_steps=3))
     save_yaml(c, tmp_path / "c.yaml")
     assert parse(["--config", str(tmp_path / "c.yaml")]) == c
 
@@ -107,7 +109,7 @@ def test_yaml_numbers_without_a_dot_are_numbers(tmp_path):
     from pods.config import load_yaml
 
     values = load_yaml(_config_file(tmp_path, "lr: 3e-4\nmax_time: 90\n"))
-    assert values == {"lr": 3e-4, "max_time": 90} and from_dict(values).lr == 3e-4
+    assert values == {"lr": 3e-4, "max_time": 90} and from_dict(values).optim.lr == 3e-4
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -117,7 +119,7 @@ def test_yaml_numbers_without_a_dot_are_numbers(tmp_path):
 ])
 def test_wrong_types_from_python_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
-        TrainConfig(**fields)
+        from_dict(fields)
 
 
 def test_pods_train_with_a_broken_config_prints_one_line(tmp_path):
@@ -130,3 +132,40 @@ def test_pods_train_with_a_broken_config_prints_one_line(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{path}, line 2" in lines[0] and "YAML syntax error" in lines[0]
+
+
+def test_groups_hold_every_field_once_with_help_and_a_unique_flat_key():
+    import dataclasses
+
+    from pods.config import LEAVES, describe_fields
+
+    rows = describe_fields()
+    assert len(rows) == len(LEAVES) == len({r["key"] for r in rows}) == 61
+    assert all(r["help"] and r["group"] for r in rows)  # every leaf sits in a group
+    groups = [f.name for f in dataclasses.fields(TrainConfig)]
+    assert groups == ["model", "task", "rollout", "selection", "optim", "loss", "eval", "run",
+                      "tracking"]
+    where = {r["key"]: r["group"] for r in rows}
+    assert (where["n"], where["m"], where["lr"], where["code_test_timeout"],
+            where["correctness_weight"], where["eval_size"]) == (
+        "rollout", "selection", "optim", "task.code", "task.math", "eval")
+
+
+def test_components_take_their_group():
+    c = from_dict({"n": 32, "m": 8, "lr": 1e-3, "code_test_timeout": 3.0, "model": "tiny"})
+    assert (c.rollout.n, c.selection.m, c.optim.lr, c.task.code.test_timeout) == (32, 8, 1e-3,
+                                                                                 3.0)
+    assert c.model.name == "tiny" and c.kept_per_step == 8 * 8
+
+
+def test_help_shows_one_group_per_concern(capsys):
+    from pods.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    for group in ("model", "task", "rollout", "selection", "optim", "loss", "eval", "run",
+                  "tracking"):
+        assert f"\n{group}:\n" in out, group
+    assert out.index("\nrollout:\n") < out.index("  --n INT") < out.index("\nselection:\n") \
+        < out.index("  --m INT") < out.index("\noptim:\n") < out.index("  --lr FLOAT")

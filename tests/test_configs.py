@@ -7,6 +7,7 @@ import pytest
 from pods.config import from_dict, load_yaml, read_yaml
 from pods.experiments.compare import load_spec
 from pods.experiments.summary import baseline_names
+from runs import flat
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 SPECS = sorted(p for p in CONFIGS.rglob("*.yaml") if "compare" in p.name)
@@ -21,7 +22,7 @@ def test_configs_are_shipped():
 
 @pytest.mark.parametrize("path", TRAIN, ids=lambda p: p.name)
 def test_train_config_is_valid(path):
-    cfg = from_dict(load_yaml(path))
+    cfg = flat(from_dict(load_yaml(path)))
     assert cfg.eval_repeats == 5 and cfg.engine == "vllm"
     if "8gpu" in path.name:  # full fine-tuning, one prompt per GPU, 32 kept per GPU
         assert cfg.lora_rank == 0 and cfg.prompts_per_step % 8 == 0 and cfg.m == 32
@@ -48,7 +49,7 @@ def test_comparison_spec_is_valid(path):
     spec = load_spec(path)
     assert set(baseline_names(spec.baseline)) <= set(spec.variants) and len(spec.seeds) >= 3
     if path.parent.name == "paper":  # the paper's experiments generate with vLLM
-        assert {spec.config(name, 0).engine for name in spec.variants} == {"vllm"}
+        assert {spec.config(name, 0).rollout.engine for name in spec.variants} == {"vllm"}
 
 
 def test_every_paper_run_belongs_to_a_comparison():

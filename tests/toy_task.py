@@ -10,7 +10,7 @@ class EvenStart:
     name = "even_start"
     alphabet = _A.alphabet
 
-    def __init__(self, options=None):
+    def __init__(self, config=None, seed=0):
         self._inner = self._A()
 
     def train(self):

@@ -72,8 +72,11 @@ def _parser() -> argparse.ArgumentParser:
                    "folder; then --task is required)")
     p.add_argument("--task", action="append", help="test set(s), repeatable (default: the "
                    "run's task), e.g. --task math --task amc23")
-    p.add_argument("--repeats", type=int, default=5, help="samplings of each test set")
-    p.add_argument("--eval-temperature", type=float, default=0.9, help="0 = greedy")
+    p.add_argument("--repeats", type=int, default=5, help="samplings of each test set (the "
+                   "paper's 5; evaluations during training default to 1 greedy sampling, "
+                   "eval_repeats and eval_temperature, for a cheap deterministic curve)")
+    p.add_argument("--eval-temperature", type=float, default=0.9, help="0 = greedy (the "
+                   "paper's 0.9)")
     p.add_argument("--eval-size", type=int, default=None, help="test problems (default: all)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's")
     p.add_argument("--data-dir", default=None, help="local data files (see README)")
@@ -103,14 +106,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from pods.train import trainer
+    from pods.train import run
 
     if args.resume:
         if args.config:
             raise ValueError("--resume continues a run with its own config; drop --config.")
-        trainer.resume(args.resume, flag_overrides(args))
+        run.resume(args.resume, flag_overrides(args))
     else:
-        trainer.train(config_from_args(args))
+        run.train(config_from_args(args))
     return 0
 
 
@@ -134,7 +137,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from pods.experiments.compare import load_spec, run_compare
-    from pods.train.trainer import train_or_resume
+    from pods.train.run import train_or_resume
 
     run_compare(load_spec(args.spec), Path(args.out), train_or_resume, flag_overrides(args))
     return 0

@@ -93,7 +93,7 @@ def evaluate_path(path: str, tasks: list[str] | None = None, repeats: int = 5,
                   device: str = "auto", engine: str | None = None) -> dict[str, dict]:
     """`pods eval`: a run folder's newest checkpoint, a checkpoint folder, or a model (hub id
     or folder) on one or more tasks' test sets. Returns {task: metrics}."""
-    from pods.config import TrainConfig
+    from pods.config import from_dict
     from pods.models.policy import load_saved_policy, resolve_device
     from pods.rollout import make_engine, resolve_engine
     from pods.rollout.prompts import drop_long_prompts
@@ -109,25 +109,26 @@ def evaluate_path(path: str, tasks: list[str] | None = None, repeats: int = 5,
         if not tasks:
             raise ValueError(f"{path} is not a run or checkpoint folder; to evaluate it as a "
                              f"model, name the test sets with --task (e.g. --task gsm8k).")
-        cfg = TrainConfig(model=path, task=tasks[0])
+        cfg = from_dict({"model": path, "task": tasks[0]})
         source = Path(path)
     overrides = {k: v for k, v in dict(data_dir=data_dir, max_new_tokens=max_new_tokens,
                                        engine=engine).items() if v is not None}
     cfg = cfg.replace(**overrides)
     on = resolve_device(device)
-    resolve_engine(cfg.engine_options(), on)  # an unusable engine fails before loading
+    max_tokens = cfg.rollout.max_new_tokens
+    resolve_engine(cfg.rollout, on)  # an unusable engine fails before loading
     results: dict[str, dict] = {}
     rollout = None
-    for name in tasks or [cfg.task]:
-        task = get_task(name, cfg.replace(task=name).task_options())
+    for name in tasks or [cfg.task.name]:
+        task = get_task(name, cfg.task, cfg.run.seed)
         if rollout is None:
-            model, tokenizer = load_saved_policy(source, cfg.model, task, on,
-                                                 cfg.model_options())
-            rollout = make_engine(cfg.engine_options(), model, tokenizer, on)
+            model, tokenizer = load_saved_policy(source, cfg.model.name, task, on, cfg.model)
+            rollout = make_engine(cfg.rollout, model, tokenizer, on, seed=cfg.run.seed,
+                                  max_model_len=cfg.task.max_prompt_tokens + max_tokens)
         problems, dropped = drop_long_prompts(rollout.tokenizer, task, task.test(),
-                                              cfg.max_prompt_tokens)
-        result = evaluate(rollout, task, problems[:eval_size], temperature,
-                          cfg.max_new_tokens, seed=cfg.seed, repeats=repeats)
+                                              cfg.task.max_prompt_tokens)
+        result = evaluate(rollout, task, problems[:eval_size], temperature, max_tokens,
+                          seed=cfg.run.seed, repeats=repeats)
         results[name] = {**result, "eval/dropped_long_prompts": dropped}
     return {"model": str(source), **results}
 

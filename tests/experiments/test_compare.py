@@ -14,6 +14,7 @@ from pods.experiments.compare import (
     summarize,
 )
 from pods.train.metrics import MetricsWriter, read_metrics
+from runs import flat
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -152,7 +153,8 @@ def test_spec_numbers_in_yaml_exponent_form(tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text("seeds: 1\nbaseline: a\nbase: {lr: 3e-4}\nvariants: {a: {clip_eps: 2e-1}}\n")
     spec = load_spec(path)
-    assert spec.config("a", 0).lr == 3e-4 and spec.config("a", 0).clip_eps == 0.2
+    config = spec.config("a", 0)
+    assert config.optim.lr == 3e-4 and config.loss.clip_eps == 0.2
 
 
 def test_spec_takes_a_list_of_baselines(tmp_path):
@@ -184,6 +186,7 @@ def test_summarize_needs_a_comparison_folder(tmp_path):
 def fake_trainer(calls: list):
     """Records each config and writes a finished run: accuracy .01, then n/100 at 1 s."""
     def train(config):
+        config = flat(config)
         calls.append(config)
         run = Path(config.out_dir) / config.run_name
         (run / "metrics.jsonl").unlink(missing_ok=True)  # a fresh start, as after a crash
@@ -210,8 +213,8 @@ def test_run_compare_order_overrides_and_resume(tmp_path, capsys):
     saved = load_spec(out / "compare.yaml")
     assert saved.base == {"m": 2, "max_time": 5.0, "lr": 1e-3}
     assert saved.variants == {"grpo": {"n": 8}, "pods": {"n": 32}}
-    assert saved.config("pods", 1, out_dir=str(out / "pods"), run_name="seed1",
-                        tracker_group="cmp-pods") == calls[3]
+    assert flat(saved.config("pods", 1, out_dir=str(out / "pods"), run_name="seed1",
+                             tracker_group="cmp-pods")) == calls[3]
     rows = json.loads((out / "summary.json").read_text())
     assert [r["variant"] for r in rows] == ["grpo", "pods"]
     assert capsys.readouterr().out.endswith(  # the comparison ends with its table, once

@@ -4,35 +4,35 @@ import pytest
 import torch
 
 import pods.rollout
-from pods.config import TrainConfig
-from pods.rollout import EngineOptions, resolve_engine
+from pods.config import RolloutConfig, from_dict
+from pods.rollout import resolve_engine
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda")
 
 
 def test_auto_is_vllm_only_on_a_gpu_with_vllm_installed(monkeypatch):
     monkeypatch.setattr(pods.rollout, "vllm_installed", lambda: True)
-    assert resolve_engine(EngineOptions(engine="auto"), GPU) == "vllm"
-    assert resolve_engine(EngineOptions(engine="auto"), CPU) == "hf"
-    assert resolve_engine(EngineOptions(engine="auto"), GPU, sharded=True) == "hf"
+    assert resolve_engine(RolloutConfig(engine="auto"), GPU) == "vllm"
+    assert resolve_engine(RolloutConfig(engine="auto"), CPU) == "hf"
+    assert resolve_engine(RolloutConfig(engine="auto"), GPU, sharded=True) == "hf"
     monkeypatch.setattr(pods.rollout, "vllm_installed", lambda: False)
-    assert resolve_engine(EngineOptions(engine="auto"), GPU) == "hf"
-    assert resolve_engine(EngineOptions(engine="hf"), GPU) == "hf"
+    assert resolve_engine(RolloutConfig(engine="auto"), GPU) == "hf"
+    assert resolve_engine(RolloutConfig(engine="hf"), GPU) == "hf"
 
 
 def test_vllm_without_vllm_says_what_to_install(monkeypatch):
     monkeypatch.setattr(pods.rollout, "vllm_installed", lambda: False)
     with pytest.raises(ValueError, match=r"pods-rl\[vllm\].*make vllm-env"):
-        resolve_engine(EngineOptions(engine="vllm"), CPU)
+        resolve_engine(RolloutConfig(engine="vllm"), CPU)
 
 
 def test_vllm_settings_that_cannot_work_are_refused(monkeypatch):
     monkeypatch.setattr(pods.rollout, "vllm_installed", lambda: True)
     with pytest.raises(ValueError, match="drop --vllm-sleep"):
-        resolve_engine(EngineOptions(engine="vllm", vllm_sleep=True), CPU)
+        resolve_engine(RolloutConfig(engine="vllm", vllm_sleep=True), CPU)
     with pytest.raises(ValueError, match="FSDP"):
-        resolve_engine(EngineOptions(engine="vllm"), GPU, sharded=True)
-    assert resolve_engine(EngineOptions(engine="vllm", vllm_sleep=True), GPU) == "vllm"
+        resolve_engine(RolloutConfig(engine="vllm"), GPU, sharded=True)
+    assert resolve_engine(RolloutConfig(engine="vllm", vllm_sleep=True), GPU) == "vllm"
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -42,14 +42,28 @@ def test_vllm_settings_that_cannot_work_are_refused(monkeypatch):
 ])
 def test_config_checks_the_engine_fields(fields, message):
     with pytest.raises(ValueError, match=message):
-        TrainConfig(**fields)
+        from_dict(fields)
 
 
-def test_engine_options_cover_prompt_and_completion():
-    options = TrainConfig(engine="vllm", max_prompt_tokens=100, max_new_tokens=28,
-                          gen_batch_size=64, seed=3).engine_options()
-    assert (options.engine, options.max_model_len, options.gen_batch_size, options.seed) == \
-        ("vllm", 128, 64, 3)
+def test_the_vllm_engine_is_sized_for_prompt_and_completion(monkeypatch, tmp_path):
+    """The trainer gives vLLM max_model_len = max_prompt_tokens + max_new_tokens."""
+    import pods.rollout.vllm
+    from pods.train.trainer import Trainer
+
+    seen = {}
+
+    class Engine:
+        def __init__(self, model, tokenizer, **kwargs):
+            seen.update(kwargs)
+            raise RuntimeError("sized")
+
+    monkeypatch.setattr(pods.rollout, "vllm_installed", lambda: True)
+    monkeypatch.setattr(pods.rollout.vllm, "VLLMEngine", Engine)
+    cfg = from_dict(dict(engine="vllm", max_prompt_tokens=100, max_new_tokens=28,
+                         gen_batch_size=64, seed=3, device="cpu", out_dir=str(tmp_path)))
+    with pytest.raises(RuntimeError, match="sized"):
+        Trainer(cfg, tmp_path)
+    assert (seen["max_model_len"], seen["max_num_seqs"], seen["seed"]) == (128, 64, 3)
 
 
 def test_pods_train_with_a_missing_vllm_fails_before_loading(tmp_path, monkeypatch, capsys):

@@ -1,7 +1,7 @@
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pods.models.policy import completion_logprobs
+from pods.models.logprobs import completion_logprobs
 from pods.rollout import KeyedSampler, completion_mask, generate, mix32, sample_keys
 
 
@@ -62,7 +62,7 @@ def test_chunked_log_softmax_is_exact(tiny_model_dir, monkeypatch):
     with torch.no_grad():
         whole = completion_logprobs(model, enc["input_ids"], enc["attention_mask"], completion,
                                     mask, 0.7)
-        monkeypatch.setattr(pods.models.policy, "LOGSOFTMAX_CHUNK", 1)  # one sequence per chunk
+        monkeypatch.setattr(pods.models.logprobs, "LOGSOFTMAX_CHUNK", 1)  # one sequence per chunk
         rows = completion_logprobs(model, enc["input_ids"], enc["attention_mask"], completion,
                                    mask, 0.7)
     torch.testing.assert_close(rows, whole)

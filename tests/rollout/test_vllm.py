@@ -7,8 +7,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pods.models.policy import completion_logprobs
-from pods.rollout import EngineOptions, HFEngine, make_engine, sample_keys
+from pods.config import RolloutConfig
+from pods.models.logprobs import completion_logprobs
+from pods.rollout import HFEngine, make_engine, sample_keys
 
 pytestmark = pytest.mark.vllm
 PROMPTS = ["1+2=", "10+20=", "55+5="]  # different lengths: left padding in the batch
@@ -25,8 +26,8 @@ def load(model_dir):
 def setup(vllm_model_dir):
     """(HF model, tokenizer, vllm engine): one engine for the module (it takes seconds)."""
     model, tokenizer = load(vllm_model_dir)
-    engine = make_engine(EngineOptions(engine="vllm", gen_batch_size=256, max_model_len=64),
-                         model, tokenizer, torch.device("cpu"))
+    engine = make_engine(RolloutConfig(engine="vllm", gen_batch_size=256), model, tokenizer,
+                         torch.device("cpu"), max_model_len=64)
     assert engine.name == "vllm"
     return model, tokenizer, engine
 

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from conftest import FIXTURE_DATA
-from pods.tasks import Problem, TaskOptions, get_task
+from pods.tasks import Problem, get_task
 from pods.tasks.chemistry import (
     SYSTEM_PROMPT,
     ChemistryTask,
@@ -21,7 +21,8 @@ from pods.tasks.chemistry import (
     select,
     split,
 )
-from pods.tasks.math.rewards import RewardWeights
+from pods.tasks.math.rewards import MathRewardConfig
+from runs import task_config
 
 DATA = str(FIXTURE_DATA)
 ROWS = [json.loads(line) for line in (FIXTURE_DATA / "sciknoweval" / "test.jsonl").open()]
@@ -87,7 +88,7 @@ def test_answer_kinds_and_normal_forms():
 
 
 def test_fixture_rows_load_through_the_data_dir():
-    task = get_task("chemistry", TaskOptions(data_dir=DATA))
+    task = get_task("chemistry", task_config(data_dir=DATA))
     assert task.name == "chemistry" and task.system_prompt == SYSTEM_PROMPT
     train, test = task.train(), task.test()
     assert (len(train), len(test)) == (13, 2)  # 15 questions, 10% (rounded) held out
@@ -159,7 +160,7 @@ def test_prompts_with_a_chat_template(chat_model_dir):
 
 
 def test_rewards_correctness_and_format():
-    task = get_task("chemistry", TaskOptions(data_dir=DATA))
+    task = get_task("chemistry", task_config(data_dir=DATA))
     problem = Problem(prompt="q", answer="B")
     good = "<think>\nB is right\n</think>\n<answer>\nB\n</answer>"
     assert task.reward(good, problem) == pytest.approx(1.1)  # correct + format bonus
@@ -169,10 +170,10 @@ def test_rewards_correctness_and_format():
     assert task.reward("the answer is (A)", problem) == 0.0
     assert task.correct(good, problem) and not task.correct("nothing", problem)
     assert task.format_ok(good) and not task.format_ok("Hi! " + good)
-    weighted = get_task("chemistry", TaskOptions(data_dir=DATA, correctness_weight=2.0,
+    weighted = get_task("chemistry", task_config(data_dir=DATA, correctness_weight=2.0,
                                                  format_weight=0.0, tag_weight=0.5))
     assert weighted.reward(good, problem) == 2.0  # the tag weight is not used here
-    custom = ChemistryTask(DATA, RewardWeights(correctness=1.0, format=0.5))
+    custom = ChemistryTask(DATA, MathRewardConfig(correctness=1.0, format=0.5))
     assert custom.reward(good, Problem(prompt="q", answer="True")) == 0.5
 
 
@@ -185,7 +186,7 @@ def test_duplicates_with_two_golds_are_dropped():
 
 def test_missing_local_data_says_where_to_put_it(tmp_path):
     with pytest.raises(ValueError, match=r"tried .*sciknoweval/test\.jsonl.*--data-dir"):
-        get_task("chemistry", TaskOptions(data_dir=str(tmp_path))).train()
+        get_task("chemistry", task_config(data_dir=str(tmp_path))).train()
 
 
 def test_rows_without_chemistry_questions_are_an_error(tmp_path):
@@ -222,14 +223,15 @@ def test_pods_eval_on_the_fixture_test_set(chat_model_dir):
 
 
 def test_training_on_chemistry_fixtures_with_a_chat_model(chat_model_dir, tmp_path):
-    from pods.config import TrainConfig
+    from pods.config import from_dict
     from pods.train.metrics import read_metrics
-    from pods.train.trainer import train
+    from pods.train.run import train
 
-    cfg = TrainConfig(model=chat_model_dir, task="chemistry", data_dir=DATA,
+    cfg = from_dict(dict(model=chat_model_dir, task="chemistry", data_dir=DATA,
                       prompts_per_step=2, n=4, m=2, max_new_tokens=8, max_steps=2,
-                      max_time=None, eval_size=2, out_dir=str(tmp_path), run_name="chem",
-                      progress=False, max_prompt_tokens=1000)
+                      max_time=None, eval_size=2, eval_every=1e9, out_dir=str(tmp_path),
+                         run_name="chem",
+                      progress=False, max_prompt_tokens=1000))
     run = train(cfg)
     evals = read_metrics(run / "metrics.jsonl", "eval")
     assert [r["step"] for r in evals] == [0, 2]

@@ -62,10 +62,56 @@ def test_zero_policy_scores_zero_counts_and_warns_once():
             return float("nan") if completion == "bad" else 1.0
 
     scorer = Scorer(Flaky(), "zero", warn=warnings.append)
-    rewards, errors = scorer.rewards(["ok", "bad", "bad", "ok"], [PROBLEM, PROBLEM], n=2)
+    scores = scorer.rewards(["ok", "bad", "bad", "ok"], [PROBLEM, PROBLEM], n=2)
+    rewards, errors = scores.rewards, scores.reward_errors
     assert rewards.tolist() == [[1.0, 0.0], [0.0, 1.0]] and errors == 2
     assert len(warnings) == 1 and "Scored 0 (reward_errors=zero)" in warnings[0]
     with pytest.raises(RewardError):
         Scorer(Flaky(), "raise").rewards(["bad"], [PROBLEM], n=1)
     with pytest.raises(ValueError, match="unknown reward_errors 'skip'"):
         Scorer(Flaky(), "skip")
+
+
+class Ungradable:
+    """A task whose grader fails to compare every answer containing '?'."""
+
+    def __init__(self, workers=1):
+        self.reward_workers = workers
+
+    def reward(self, completion, problem):
+        from pods.tasks.scoring import note_grading_failure
+
+        if "?" in completion:
+            note_grading_failure()
+            return 0.0
+        return 1.0
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_scores_count_this_calls_grading_failures(workers):
+    """The count is the call's own (also when rewards run on worker threads), not a diff
+    of a process-wide counter: a second call starts from 0."""
+    scorer = Scorer(Ungradable(workers))
+    first = scorer.rewards(["a", "?", "?", "b"], [PROBLEM, PROBLEM], n=2)
+    assert first.grading_failures == 2 and first.reward_errors == 0
+    assert first.rewards.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    assert scorer.rewards(["a", "b"], [PROBLEM], n=2).grading_failures == 0
+
+
+def test_math_grading_failures_reach_the_scores(monkeypatch):
+    """The math grader reports what it could not compare (here: math-verify raising)."""
+    from pods.tasks.math import grader
+    from pods.tasks.math.rewards import math_reward
+
+    class Math:
+        def reward(self, completion, problem):
+            return math_reward(completion, problem.answer)
+
+    def broken(pred, gold):
+        raise RuntimeError("sympy fell over")
+
+    monkeypatch.setattr(grader, "_verify", broken)
+    scores = Scorer(Math()).rewards(["<answer>x^2+1</answer>", "<answer>42</answer>"],
+                                    [Problem("6*7=", "42")], n=2)
+    assert scores.grading_failures == 1  # "42" matches as text: math-verify never runs
+    assert scores.rewards[0, 1] > scores.rewards[0, 0]

@@ -5,7 +5,7 @@ import importlib.util
 import pytest
 
 from pods.cli import main
-from pods.config import TrainConfig, load_yaml
+from pods.config import from_dict, load_yaml
 from pods.tracking import Trackers, parse_report_to, tracker_values
 
 
@@ -14,21 +14,21 @@ from pods.tracking import Trackers, parse_report_to, tracker_values
     ("wandb, MLflow,wandb", ("wandb", "mlflow")), (["trackio", "none"], ("trackio",)),
 ])
 def test_report_to_values(value, names):
-    config = TrainConfig(report_to=value)
-    assert parse_report_to(config.report_to) == names
+    config = from_dict(dict(report_to=value))
+    assert parse_report_to(config.tracking.report_to) == names
 
 
 def test_unknown_tracker_is_refused_with_the_choices():
     with pytest.raises(ValueError, match="unknown tracker 'tensorbord' in report_to; use "
                        "none or a comma-separated list of tensorboard, wandb, trackio, "
                        "mlflow"):
-        TrainConfig(report_to="tensorbord")
+        from_dict(dict(report_to="tensorbord"))
 
 
 def test_yaml_list(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("report_to: [tensorboard, mlflow]\n")
-    assert TrainConfig(**load_yaml(path)).report_to == "tensorboard,mlflow"
+    assert from_dict(load_yaml(path)).tracking.report_to == "tensorboard,mlflow"
 
 
 def test_missing_tracker_fails_before_the_model_loads(monkeypatch, capsys, tmp_path):

@@ -4,7 +4,8 @@ import torch
 from pods.core.advantages import group_advantages
 from pods.core.downsample import downsample
 from pods.rollout import Rollouts
-from pods.train.selection import rank_batch, select, selection_stats
+from pods.train.distributed import rank_batch
+from pods.train.selection import select, selection_stats
 
 
 def rollouts(rows: int, width: int = 3) -> Rollouts:

@@ -1,10 +1,13 @@
 import pytest
 import torch
 
+from pods.tasks.scoring import Scores
+from pods.train import run as run_module
 from pods.train import selection as selection_module
 from pods.train import trainer as trainer_module
 from pods.train.metrics import read_metrics
-from pods.train.trainer import Trainer, resume, train, train_or_resume
+from pods.train.run import resume, train, train_or_resume
+from pods.train.trainer import Trainer
 from runs import config, weights
 
 
@@ -42,9 +45,9 @@ def test_update_sees_only_the_kept_rollouts(tiny_model_dir, tmp_path, monkeypatc
     seen = []
     real = trainer_module.policy_update
 
-    def spy(model, ref, optimizer, batch, advantages, cfg, dist, kept):
-        seen.append((batch.completion_ids.shape[0], advantages.shape[0], kept))
-        return real(model, ref, optimizer, batch, advantages, cfg, dist, kept)
+    def spy(model, ref, optimizer, batch, advantages, optim, loss, **kwargs):
+        seen.append((batch.completion_ids.shape[0], advantages.shape[0], kwargs["kept"]))
+        return real(model, ref, optimizer, batch, advantages, optim, loss, **kwargs)
 
     monkeypatch.setattr(trainer_module, "policy_update", spy)
     train(config(tiny_model_dir, tmp_path, prompts_per_step=3, n=8, m=3))
@@ -81,7 +84,8 @@ def test_a_step_that_keeps_nothing_skips_the_update(tiny_model_dir, tmp_path, mo
     """Batch selection when every group's rewards are equal: nothing is kept, no optimizer
     step is taken, the model stays as it was, and the step is still logged."""
     monkeypatch.setattr(trainer_module.Scorer, "rewards",
-                        lambda self, texts, problems, n: (torch.zeros(len(problems), n), 0))
+                        lambda self, texts, problems, n: Scores(torch.zeros(len(problems), n),
+                                                                0, 0))
     run = train(config(tiny_model_dir, tmp_path, selection="batch"))
     steps = read_metrics(run / "metrics.jsonl", "step")
     assert [r["select/kept"] for r in steps] == [0, 0]
@@ -188,11 +192,18 @@ def test_gradient_accumulation_matches_one_pass(tiny_model_dir, tmp_path):
 
 
 def test_multiple_iterations_and_kl_run(tiny_model_dir, tmp_path):
-    run = train(config(tiny_model_dir, tmp_path, num_iterations=2, beta=0.1,
-                       loss_norm="token"))
-    step = read_metrics(run / "metrics.jsonl", "step")[-1]
+    """The KL penalty must change the update, not only a logged number: the same run with
+    beta 0 ends with other weights (by far more than float noise; the worked numbers are
+    in tests/train/test_update.py)."""
+    runs = {beta: train(config(tiny_model_dir, tmp_path, num_iterations=3, beta=beta,
+                               loss_norm="token", run_name=f"beta{beta}"))
+            for beta in (0.0, 1.0)}
+    step = read_metrics(runs[1.0] / "metrics.jsonl", "step")[-1]
     assert step["loss/kl"] > 0  # the policy moved away from the reference
-    assert step["loss/ratio_mean"] != 1.0  # the second iteration is off-policy
+    assert step["loss/ratio_mean"] != 1.0  # the later iterations are off-policy
+    with_kl, without = (weights(runs[b] / "checkpoints" / "step_000002" / "model")
+                        for b in (1.0, 0.0))
+    assert max((with_kl[k] - without[k]).abs().max().item() for k in with_kl) > 1e-4
 
 
 def test_a_model_that_cannot_load_leaves_no_run_folder(tmp_path):
@@ -298,7 +309,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_one(tiny_model_dir, tmp_pa
     from pods.train.checkpoint import CheckpointWriteError, latest_checkpoint
 
     run = train(config(tiny_model_dir, tmp_path, max_steps=2))
-    real_finish = trainer_module.finish_checkpoint
+    real_finish = run_module.finish_checkpoint
 
     def on_a_full_disk(*args, **kwargs):
         limits = resource.getrlimit(resource.RLIMIT_FSIZE)
@@ -309,7 +320,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_one(tiny_model_dir, tmp_pa
             resource.setrlimit(resource.RLIMIT_FSIZE, limits)
 
     old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, not a kill
-    monkeypatch.setattr(trainer_module, "finish_checkpoint", on_a_full_disk)
+    monkeypatch.setattr(run_module, "finish_checkpoint", on_a_full_disk)
     try:
         with pytest.raises(CheckpointWriteError, match=r"could not write the checkpoint of "
                            r"step 3 .*(File too large|SafetensorError|RuntimeError).*"
@@ -317,7 +328,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_one(tiny_model_dir, tmp_pa
             resume(run, {"max_steps": 3})
     finally:
         signal.signal(signal.SIGXFSZ, old_handler)
-    monkeypatch.setattr(trainer_module, "finish_checkpoint", real_finish)
+    monkeypatch.setattr(run_module, "finish_checkpoint", real_finish)
     assert latest_checkpoint(run).name == "step_000002"
     assert not list((run / "checkpoints").glob(".tmp_*"))  # the partial copy is gone
     resume(run, {"max_steps": 3})  # and the run goes on from it

@@ -67,7 +67,8 @@ def policy_loss(
                      tokens (DAPO);
         "constant" - sum over all tokens / normalizer, normalizer = sequences x the
                      generation budget in tokens (Dr. GRPO, arXiv 2503.20783).
-    normalizer: the divisor above. Defaults to this batch's own value (B, mask.sum(), B*T).
+    normalizer: the divisor above (``loss_normalizer``). Defaults to this batch's own value
+        (B, mask.sum(), B*T).
         Under gradient accumulation pass the value of the whole batch, so that the
         micro-batch losses add up to the full-batch loss.
 
@@ -91,16 +92,25 @@ def policy_loss(
     return loss, stats
 
 
+def loss_normalizer(norm: str, sequences: float, tokens: float, budget: int) -> float:
+    """The divisor of ``norm`` (see ``policy_loss``) for a batch of ``sequences`` sequences
+    holding ``tokens`` completion tokens, generated with a budget of ``budget`` tokens each:
+    sequence -> sequences; token -> tokens (at least 1); constant -> sequences * budget."""
+    if norm == "sequence":
+        return sequences
+    if norm == "token":
+        return max(tokens, 1.0)
+    return sequences * budget
+
+
 def _reduce(token_loss: Tensor, mask: Tensor, norm: str, normalizer: float | None) -> Tensor:
-    B, T = mask.shape
+    B, T = mask.shape  # the default constant budget is the padded width T
+    if normalizer is None:
+        normalizer = loss_normalizer(norm, B, mask.sum().item(), T)
     if norm == "sequence":
         per_seq = (token_loss * mask).sum(1) / mask.sum(1).clamp(min=1)  # [B]
-        return per_seq.sum() / (B if normalizer is None else normalizer)
-    if norm == "token":
-        default = mask.sum().clamp(min=1)
-    else:  # constant
-        default = B * T
-    return (token_loss * mask).sum() / (default if normalizer is None else normalizer)
+        return per_seq.sum() / normalizer
+    return (token_loss * mask).sum() / normalizer
 
 
 def _stats(ratio: Tensor, adv: Tensor, mask: Tensor, kl: Tensor, eps: float,

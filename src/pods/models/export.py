@@ -19,9 +19,9 @@ def export_checkpoint(path: str | Path, out_dir: str | Path) -> Path:
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ValueError(f"{out_dir} is not empty; export into a new folder.")
     checkpoint, cfg = checkpoint_and_config(path)
-    task = get_task(cfg.task, cfg.task_options())
-    model, tokenizer = load_saved_policy(checkpoint / "model", cfg.model, task,
-                                         torch.device("cpu"), cfg.model_options())
+    task = get_task(cfg.task.name, cfg.task, cfg.run.seed)
+    model, tokenizer = load_saved_policy(checkpoint / "model", cfg.model.name, task,
+                                         torch.device("cpu"), cfg.model)
     if is_adapter(checkpoint / "model"):
         model = model.merge_and_unload()
     model.save_pretrained(out_dir)

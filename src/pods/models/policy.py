@@ -1,12 +1,14 @@
-"""Loading the policy, and the per-token log-probs the loss needs."""
+"""Loading the policy: a hub id, a local folder or the embedded model, in its dtype, with
+LoRA; and a checkpoint's model folder (full weights or an adapter on the base)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
-from torch import Tensor
+
+from pods.config.groups import ModelConfig
 
 
 def resolve_device(name: str) -> torch.device:
@@ -15,18 +17,7 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-@dataclass(frozen=True)
-class ModelOptions:
-    """How to load the policy (see TrainConfig for each field's meaning)."""
-
-    dtype: str = "auto"
-    lora_rank: int = 0  # 0: full fine-tuning
-    lora_alpha: float = 64.0
-    lora_dropout: float = 0.0
-    lora_target_modules: str = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
-    gradient_checkpointing: bool = False
-
-
+DEFAULT_MODEL = ModelConfig()
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -38,7 +29,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return getattr(torch, name)
 
 
-def load_policy(model: str, task, device: torch.device, options: ModelOptions = ModelOptions(),
+def load_policy(model: str, task, device: torch.device, options: ModelConfig = DEFAULT_MODEL,
                 log=print):
     """(model, tokenizer) from a hub id, a local folder, or 'tiny' (the embedded model),
     in the requested dtype, wrapped in a LoRA adapter when ``options.lora_rank`` > 0."""
@@ -68,7 +59,7 @@ def load_policy(model: str, task, device: torch.device, options: ModelOptions = 
     return policy, tokenizer
 
 
-def add_lora(model, options: ModelOptions):
+def add_lora(model, options: ModelConfig):
     """Wrap ``model`` in a trainable LoRA adapter; the base weights are frozen."""
     from peft import LoraConfig, get_peft_model
 
@@ -87,7 +78,7 @@ def is_adapter(path: str | Path) -> bool:
 
 
 def load_saved_policy(path: str | Path, base: str, task, device: torch.device,
-                      options: ModelOptions = ModelOptions()):
+                      options: ModelConfig = DEFAULT_MODEL):
     """(model, tokenizer) of a checkpoint's model folder: full weights, or a LoRA adapter
     put on ``base`` (the run's --model)."""
     path = Path(path)
@@ -97,30 +88,3 @@ def load_saved_policy(path: str | Path, base: str, task, device: torch.device,
 
     model, tokenizer = load_policy(base, task, device, replace(options, lora_rank=0))
     return PeftModel.from_pretrained(model, path).to(device), tokenizer
-
-
-def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
-                        completion_mask: Tensor, temperature: float) -> Tensor:
-    """log pi(token) of each completion token under the sampling distribution
-    softmax(logits / temperature). Prompts left-padded [B, Lp], completions right-padded
-    [B, Lc]; returns [B, Lc] (values at padding are meaningless: mask them).
-
-    Memory: logits are computed only for the completion positions (``logits_to_keep``), and
-    the float32 log-softmax is taken a few sequences at a time (at most ``LOGSOFTMAX_CHUNK``
-    floats), so the [B, Lc, V] float32 tensor of a large vocabulary never exists at once."""
-    ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, Lp+Lc]
-    attention = torch.cat([prompt_mask, completion_mask], dim=1)  # [B, Lp+Lc]
-    positions = (attention.cumsum(1) - 1).clamp(min=0)  # as generate() numbers them
-    width = completion_ids.shape[1]
-    logits = model(input_ids=ids, attention_mask=attention, position_ids=positions,
-                   logits_to_keep=width + 1).logits[:, :-1]  # [B, Lc, V] predicting Lc tokens
-    step = max(1, LOGSOFTMAX_CHUNK // max(logits.shape[1] * logits.shape[2], 1))
-    parts = []
-    for start in range(0, logits.shape[0], step):
-        chunk = logits[start : start + step].float() / temperature  # [b, Lc, V]
-        ids_chunk = completion_ids[start : start + step].unsqueeze(-1)  # [b, Lc, 1]
-        parts.append(chunk.gather(-1, ids_chunk).squeeze(-1) - chunk.logsumexp(-1))
-    return torch.cat(parts)  # [B, Lc]
-
-
-LOGSOFTMAX_CHUNK = 2**27  # floats (512 MB) of float32 logits per log-softmax chunk

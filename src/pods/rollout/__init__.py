@@ -11,38 +11,26 @@ weights (``Engine.sync_weights``). Randomness is keyed per rollout (pods.rollout
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
 
 import torch
 
+from pods.config.groups import RolloutConfig
 from pods.rollout.base import Engine, Rollouts, completion_mask
 from pods.rollout.hf import HFEngine, generate
 from pods.rollout.sampling import KeyedSampler, mix32, rollout_keys, sample_keys
 
-__all__ = ["ENGINES", "Engine", "EngineOptions", "HFEngine", "KeyedSampler", "Rollouts",
+__all__ = ["ENGINES", "Engine", "HFEngine", "KeyedSampler", "Rollouts",
            "completion_mask", "generate", "make_engine", "mix32", "resolve_engine",
            "rollout_keys", "sample_keys"]
 
 ENGINES = ("auto", "hf", "vllm")
 
 
-@dataclass(frozen=True)
-class EngineOptions:
-    """Which engine and how to size it (see TrainConfig for each field's meaning)."""
-
-    engine: str = "auto"
-    gen_batch_size: int = 512
-    max_model_len: int = 1024  # prompt + completion tokens
-    vllm_gpu_memory_utilization: float = 0.3
-    vllm_sleep: bool = False
-    seed: int = 0
-
-
 def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def resolve_engine(options: EngineOptions, device: torch.device, sharded: bool = False) -> str:
+def resolve_engine(options: RolloutConfig, device: torch.device, sharded: bool = False) -> str:
     """The engine to build (auto: vllm where it is installed and the device is a GPU, else
     hf), or a ValueError saying what to change; cheap, so it runs before the model loads."""
     name = options.engine
@@ -62,15 +50,17 @@ def resolve_engine(options: EngineOptions, device: torch.device, sharded: bool =
     return name
 
 
-def make_engine(options: EngineOptions, model, tokenizer, device: torch.device,
-                world: int = 1, sharded: bool = False) -> Engine:
-    """The engine ``options`` names, generating from ``model``'s current weights."""
+def make_engine(options: RolloutConfig, model, tokenizer, device: torch.device, *,
+                max_model_len: int = 1024, seed: int = 0, world: int = 1,
+                sharded: bool = False) -> Engine:
+    """The engine ``options`` names, generating from ``model``'s current weights;
+    ``max_model_len`` (prompt + completion tokens) and ``seed`` size and seed vLLM."""
     name = resolve_engine(options, device, sharded)
     if name == "hf":
         return HFEngine(model, tokenizer, options.gen_batch_size, synced=sharded)
     from pods.rollout.vllm import VLLMEngine
 
-    return VLLMEngine(model, tokenizer, max_model_len=options.max_model_len,
+    return VLLMEngine(model, tokenizer, max_model_len=max_model_len,
                       max_num_seqs=options.gen_batch_size,
                       gpu_memory_utilization=options.vllm_gpu_memory_utilization,
-                      sleep=options.vllm_sleep, seed=options.seed, world=world)
+                      sleep=options.vllm_sleep, seed=seed, world=world)

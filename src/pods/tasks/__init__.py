@@ -6,7 +6,8 @@ A task is any object with
     test() -> list[Problem]       held-out problems for evaluation (disjoint from train)
     reward(completion: str, problem: Problem) -> float
 and optionally ``system_prompt`` (str or None) for chat-templated prompts.
-``TASKS`` maps a name to a factory taking ``TaskOptions``.
+``TASKS`` maps a name to a factory taking the task group of the config (``TaskConfig``)
+and the run's seed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
+
+from pods.config.groups import TaskConfig
 
 
 @dataclass(frozen=True)
@@ -32,71 +35,43 @@ class Task(Protocol):
     def reward(self, completion: str, problem: Problem) -> float: ...
 
 
-@dataclass(frozen=True)
-class TaskOptions:
-    """What a task may need from the config (each task uses what applies to it)."""
-
-    data_dir: str | None = None  # local data files instead of the hub (math tasks)
-    data_file: str | None = None  # the records of the custom task
-    reward_fn: str | None = None  # "module:function" reward of the custom task
-    correctness_weight: float = 1.0  # math rewards: reward for a correct answer
-    format_weight: float = 0.1  # math rewards: weight of the format bonus
-    tag_weight: float = 0.1  # math rewards: weight of the tag-count bonus
-    seed: int = 0  # the custom task's train/test split
-    code_test_timeout: float = 2.0  # code tasks: seconds per test
-    code_memory_mb: int = 512  # code tasks: memory limit per test
-    code_max_tests: int | None = 8  # code tasks: tests per problem per step
-    code_reward: str = "fraction"  # code tasks: fraction of tests passed, or all
-    sandbox_workers: int | None = None  # code tasks: rollouts scored at once (None: CPUs)
-
-
-def _weights(o: TaskOptions):
-    from pods.tasks.math.rewards import RewardWeights
-
-    return RewardWeights(correctness=o.correctness_weight, format=o.format_weight,
-                         tags=o.tag_weight)
-
-
-def _arithmetic(o: TaskOptions) -> Task:
+def _arithmetic(config: TaskConfig, seed: int) -> Task:
     from pods.tasks.arithmetic import Arithmetic
 
     return Arithmetic()
 
 
-def _math(name: str) -> Callable[[TaskOptions], Task]:
-    def make(o: TaskOptions) -> Task:
+def _math(name: str) -> Callable[[TaskConfig, int], Task]:
+    def make(config: TaskConfig, seed: int) -> Task:
         from pods.tasks.math import tasks as math_tasks
 
-        return getattr(math_tasks, name)(o.data_dir, _weights(o))
+        return getattr(math_tasks, name)(config.data_dir, config.math)
 
     return make
 
 
-def _code(name: str) -> Callable[[TaskOptions], Task]:
-    def make(o: TaskOptions) -> Task:
+def _code(name: str) -> Callable[[TaskConfig, int], Task]:
+    def make(config: TaskConfig, seed: int) -> Task:
         from pods.tasks.code import tasks as code
 
-        options = code.CodeOptions(test_timeout=o.code_test_timeout,
-                                   memory_mb=o.code_memory_mb, max_tests=o.code_max_tests,
-                                   reward=o.code_reward, workers=o.sandbox_workers)
-        return getattr(code, name)(o.data_dir, options)
+        return getattr(code, name)(config.data_dir, config.code)
 
     return make
 
 
-def _chemistry(o: TaskOptions) -> Task:
+def _chemistry(config: TaskConfig, seed: int) -> Task:
     from pods.tasks.chemistry import chemistry
 
-    return chemistry(o)
+    return chemistry(config)
 
 
-def _custom(o: TaskOptions) -> Task:
+def _custom(config: TaskConfig, seed: int) -> Task:
     from pods.tasks.custom import CustomTask
 
-    return CustomTask(o.data_file, o.reward_fn, _weights(o), o.seed)
+    return CustomTask(config.data_file, config.reward_fn, config.math, seed)
 
 
-TASKS: dict[str, Callable[[TaskOptions], Task]] = {
+TASKS: dict[str, Callable[[TaskConfig, int], Task]] = {
     "arithmetic": _arithmetic,
     "gsm8k": _math("gsm8k"),
     "math": _math("math"),
@@ -109,7 +84,10 @@ TASKS: dict[str, Callable[[TaskOptions], Task]] = {
 }
 
 
-def get_task(name: str, options: TaskOptions = TaskOptions()) -> Task:
+def get_task(name: str, config: TaskConfig | None = None, seed: int = 0) -> Task:
+    """Task ``name`` with the data and reward settings of ``config`` (its own name field is
+    not read, so evaluation can build other test sets with the run's settings); ``seed``
+    splits the custom task's data."""
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; use one of {', '.join(sorted(TASKS))}.")
-    return TASKS[name](options)
+    return TASKS[name](config or TaskConfig(), seed)

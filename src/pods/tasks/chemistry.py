@@ -41,8 +41,9 @@ from collections import Counter
 
 import numpy as np
 
-from pods.tasks import Problem, TaskOptions
-from pods.tasks.math.rewards import PAPER_WEIGHTS, RewardWeights, format_correct
+from pods.config.groups import TaskConfig
+from pods.tasks import Problem
+from pods.tasks.math.rewards import PAPER_WEIGHTS, MathRewardConfig, format_correct
 from pods.tasks.math.tasks import Source
 
 HUB_ID = "hicai-zju/SciKnowEval"
@@ -247,7 +248,7 @@ class ChemistryTask:
     name = "chemistry"
     system_prompt = SYSTEM_PROMPT
 
-    def __init__(self, data_dir: str | None = None, weights: RewardWeights = PAPER_WEIGHTS,
+    def __init__(self, data_dir: str | None = None, weights: MathRewardConfig = PAPER_WEIGHTS,
                  levels: tuple[str, ...] | None = None, split_seed: int = SPLIT_SEED,
                  test_fraction: float = TEST_FRACTION):
         self.data_dir, self.weights, self.levels = data_dir, weights, levels
@@ -283,9 +284,7 @@ class ChemistryTask:
         return self._splits
 
 
-def chemistry(options: TaskOptions) -> ChemistryTask:
-    """The registry's factory. ``options.seed`` is not used: the split is fixed (SPLIT_SEED)
+def chemistry(config: TaskConfig) -> ChemistryTask:
+    """The registry's factory. The run's seed is not used: the split is fixed (SPLIT_SEED)
     so that runs with different seeds share a test set."""
-    weights = RewardWeights(correctness=options.correctness_weight,
-                            format=options.format_weight, tags=options.tag_weight)
-    return ChemistryTask(options.data_dir, weights)
+    return ChemistryTask(config.data_dir, config.math)

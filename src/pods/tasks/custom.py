@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from pods.tasks import Problem
-from pods.tasks.math.rewards import PAPER_WEIGHTS, RewardWeights, math_reward
+from pods.tasks.math.rewards import PAPER_WEIGHTS, MathRewardConfig, math_reward
 
 RewardFn = Callable[[str, str], float]
 
@@ -65,7 +65,7 @@ class CustomTask:
     system_prompt = None
 
     def __init__(self, data_file: str | None, reward_fn: str | None = None,
-                 weights: RewardWeights = PAPER_WEIGHTS, seed: int = 0):
+                 weights: MathRewardConfig = PAPER_WEIGHTS, seed: int = 0):
         if data_file is None:
             raise ValueError("--task custom needs --data-file FILE (JSONL/Parquet records "
                              "with 'prompt' and 'answer').")

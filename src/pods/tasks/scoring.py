@@ -9,14 +9,47 @@ text, None), is a reward error. The policy (``reward_errors`` in TrainConfig) de
 
 from __future__ import annotations
 
+import contextvars
 import math
 import numbers
+import threading
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 POLICIES = ("raise", "zero")
 SHOWN = 80  # characters of a prompt or completion quoted in a message
+
+
+@dataclass(frozen=True)
+class Scores:
+    """What scoring one step's rollouts found: everything the step logs about rewards."""
+
+    rewards: Tensor  # [P, n]
+    reward_errors: int  # rewards that raised or were not finite, scored 0 (policy zero)
+    grading_failures: int  # answers the grader could not compare (error or timeout: 0)
+
+
+class _Count:
+    def __init__(self) -> None:
+        self.value, self.lock = 0, threading.Lock()
+
+    def add(self) -> None:
+        with self.lock:
+            self.value += 1
+
+
+_grading_failures: contextvars.ContextVar[_Count | None] = contextvars.ContextVar(
+    "pods_grading_failures", default=None)
+
+
+def note_grading_failure() -> None:
+    """Called by a grader that could not compare an answer (it grades it wrong): counted in
+    the ``Scores`` of the ``Scorer.rewards`` call under way, if any."""
+    count = _grading_failures.get()
+    if count is not None:
+        count.add()
 
 
 class RewardError(ValueError):
@@ -66,13 +99,18 @@ class Scorer:
                           f"are counted in rollout/reward_errors without a message.")
             return 0.0, True
 
-    def rewards(self, texts: list[str], problems: list, n: int) -> tuple[Tensor, int]:
-        """Rewards [P, n] of rollouts ``texts`` [P*n] (row p*n + j: rollout j of
-        ``problems[p]``) and the number of reward errors scored 0."""
-        scored = task_map(self.task, lambda i: self.score(texts[i], problems[i // n]),
-                          range(len(texts)))
+    def rewards(self, texts: list[str], problems: list, n: int) -> Scores:
+        """The ``Scores`` of rollouts ``texts`` [P*n] (row p*n + j: rollout j of
+        ``problems[p]``): rewards [P, n], reward errors scored 0 and grading failures."""
+        failures = _Count()
+        token = _grading_failures.set(failures)
+        try:
+            scored = task_map(self.task, lambda i: self.score(texts[i], problems[i // n]),
+                              range(len(texts)))
+        finally:
+            _grading_failures.reset(token)
         values = torch.tensor([value for value, _ in scored], dtype=torch.float32)
-        return values.view(-1, n), sum(failed for _, failed in scored)
+        return Scores(values.view(-1, n), sum(failed for _, failed in scored), failures.value)
 
 
 def task_map(task, fn, items) -> list:
@@ -84,8 +122,9 @@ def task_map(task, fn, items) -> list:
         return [fn(x) for x in items]
     from concurrent.futures import ThreadPoolExecutor
 
+    contexts = [contextvars.copy_context() for _ in items]  # the caller's (its counters)
     with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(fn, items))
+        return list(pool.map(lambda c, x: c.run(fn, x), contexts, items))
 
 
 def _start(text: str) -> str:

@@ -1,11 +1,11 @@
 """The trainer's selection phase: which of a step's P*n rollouts the update sees, their
-advantages, this rank's rows of them, and the ``select/`` metrics.
+advantages, and the ``select/`` metrics (this rank's rows of them: ``pods.train.distributed``).
 
 Two scopes:
-    group  m of each group's n with a ``pods.core.downsample`` rule, advantages over the kept m
-           (the paper's PODS);
-    batch  P*m in all, chosen across the groups by ``pods.core.batch_downsample`` (groups keep
-           0 or 2..max_per_group each), advantages over each group's kept rollouts.
+    group  m of each group's n with a ``pods.core.downsample`` rule, advantages over the
+           kept m (the paper's PODS);
+    batch  P*m in all, chosen across the groups by ``pods.core.batch_downsample`` (groups
+           keep 0 or 2..max_per_group each), advantages over each group's kept rollouts.
 Both return a keep mask [P, n] and advantages [P, n] (0 where dropped), so everything after
 selection reads the same for both.
 """
@@ -18,7 +18,6 @@ from torch import Tensor
 from pods.core.advantages import group_advantages, kept_flat, masked_group_advantages
 from pods.core.batch_downsample import batch_max_variance
 from pods.core.downsample import downsample
-from pods.rollout import Rollouts
 
 SCOPES: tuple[str, ...] = ("group", "batch")
 
@@ -38,31 +37,6 @@ def select(rewards: Tensor, m: int, rule, *, scope: str = "group",
         raise ValueError(f"unknown selection scope {scope!r}; use one of {', '.join(SCOPES)}.")
     keep = batch_max_variance(rewards, P * m, max_per_group)  # [P, n]
     return keep, masked_group_advantages(rewards, keep, scale=adv_scale)
-
-
-def rank_batch(rollouts: Rollouts, keep: Tensor, advantages: Tensor, rank: int,
-               world: int) -> tuple[Rollouts, Tensor]:
-    """This rank's kept rollouts and their advantages [K], in row order.
-
-    ``keep``/``advantages`` [P, n] cover all ranks; ``rollouts`` holds this rank's P/world
-    groups. With batch-level selection ranks keep different numbers, so every rank's batch
-    is padded to the busiest rank's size with copies of its first rollout whose completion
-    mask is zero and advantage 0: they add nothing to the loss or its normaliser, and every
-    rank makes the same number of forward and backward passes (DDP and FSDP need that)."""
-    P, n = keep.shape
-    per = P // world
-    counts = keep.view(world, per * n).sum(1)  # [W] rows kept per rank
-    mine = slice(rank * per, (rank + 1) * per)
-    rows = keep[mine].flatten().nonzero().flatten()  # [K_r] of this rank's per*n
-    adv = advantages[mine][keep[mine]]  # [K_r]
-    pad = int(counts.max()) - len(rows)
-    if pad:
-        rows = torch.cat([rows, rows.new_zeros(pad)])
-        adv = torch.cat([adv, adv.new_zeros(pad)])
-    batch = rollouts.select(rows)
-    if pad:
-        batch.completion_mask[len(rows) - pad:] = 0
-    return batch, adv
 
 
 def selection_stats(rewards: Tensor, keep: Tensor, lengths: Tensor,

@@ -8,8 +8,9 @@ import sys
 import torch
 from torch import Tensor
 
-from pods.core.loss import policy_loss
-from pods.models.policy import completion_logprobs
+from pods.config.groups import LossConfig, OptimConfig
+from pods.core.loss import loss_normalizer, policy_loss
+from pods.models.logprobs import completion_logprobs
 from pods.rollout import Rollouts
 from pods.train.distributed import Dist
 
@@ -41,58 +42,58 @@ def _reference_logprobs(model, ref_model, batch: Rollouts, parts: list[slice],
 
 
 def policy_update(model, ref_model, optimizer, batch: Rollouts, advantages: Tensor,
-                  cfg, dist: Dist | None = None, kept: int | None = None) -> dict[str, float]:
-    """``cfg.num_iterations`` optimizer steps on ``batch`` (B kept rollouts, advantages [B]),
-    each accumulating gradients over micro-batches. Returns the mean loss stats, and
-    ``rollout/logprob_gap`` where the engine returned its sampled log-probs: the mean
-    absolute difference per kept token between them and the trainer's recomputation
-    (the engine/trainer mismatch; taken from the first pass, before any optimizer step).
+                  optim: OptimConfig, loss_cfg: LossConfig, *, temperature: float,
+                  max_new_tokens: int, dist: Dist | None = None,
+                  kept: int | None = None) -> dict[str, float]:
+    """``optim.num_iterations`` optimizer steps on ``batch`` (B kept rollouts, advantages
+    [B]), each accumulating gradients over micro-batches. Log-probs are taken at the
+    sampling ``temperature``; ``max_new_tokens`` is the constant normaliser's budget.
+    Returns the mean loss stats, and ``rollout/logprob_gap`` where the engine returned its
+    sampled log-probs: the mean absolute difference per kept token between them and the
+    trainer's recomputation (the engine/trainer mismatch; taken from the first pass, before
+    any optimizer step).
 
     With ``dist`` (data parallel, W ranks), ``batch`` is this rank's share of the kept
     rollouts and the engine averages the W gradients; each rank's loss is normalised by
     the whole batch's normaliser / W, so the average is exactly the one-process loss.
     ``kept`` is the whole batch's number of kept rollouts over the ranks (default B * W);
-    rows beyond it are padding with a zero completion mask (``pods.train.selection.rank_batch``)."""
+    rows beyond it are padding with a zero completion mask (``pods.train.selection``)."""
     dist = dist or Dist(world=1)
     base = dist.unwrap(model)  # no-grad passes and the LoRA switch skip the engine wrapper
     B = advantages.shape[0]
-    parts = _micro_batches(B, cfg.micro_batch_size)
+    parts = _micro_batches(B, optim.micro_batch_size)
     mask = batch.completion_mask.float()  # [B, Lc]
-    if cfg.loss_norm == "token":  # the whole batch's tokens, summed over the ranks
-        tokens = dist.reduce({"tokens": mask.sum().item()}, "sum")["tokens"]
-        normalizer = max(tokens, 1.0) / dist.world
-    else:  # the one-process normaliser (kept sequences) / W
-        kept = B * dist.world if kept is None else kept
-        normalizer = kept / dist.world * (cfg.max_new_tokens if cfg.loss_norm == "constant"
-                                          else 1)
-    old = _frozen_logprobs(base, batch, parts, cfg.temperature) \
-        if cfg.num_iterations > 1 else None  # [B, Lc] the sampling policy, kept fixed
-    ref = _reference_logprobs(base, ref_model, batch, parts, cfg.temperature) \
-        if cfg.beta > 0 else None  # [B, Lc]
+    tokens = dist.reduce({"tokens": mask.sum().item()}, "sum")["tokens"]  # over the ranks
+    normalizer = loss_normalizer(loss_cfg.norm, B * dist.world if kept is None else kept,
+                                 tokens, max_new_tokens) / dist.world
+    old = _frozen_logprobs(base, batch, parts, temperature) \
+        if optim.num_iterations > 1 else None  # [B, Lc] the sampling policy, kept fixed
+    ref = _reference_logprobs(base, ref_model, batch, parts, temperature) \
+        if loss_cfg.beta > 0 else None  # [B, Lc]
     totals: dict[str, float] = {}
     gap = 0.0  # summed |engine log-prob - recomputed log-prob| over the kept tokens
-    for iteration in range(cfg.num_iterations):
+    for iteration in range(optim.num_iterations):
         optimizer.zero_grad(set_to_none=True)
         for i, part in enumerate(parts):
             with dist.no_sync(model, last=i == len(parts) - 1):
-                logp = _logprobs(model, batch, part, cfg.temperature)  # [b, Lc]
+                logp = _logprobs(model, batch, part, temperature)  # [b, Lc]
                 if iteration == 0 and batch.logprobs is not None:  # still the sampling policy
                     gap += ((logp.detach() - batch.logprobs[part].to(logp.device)).abs()
                             * mask[part]).sum().item()
                 loss, stats = policy_loss(
                     logp, None if old is None else old[part], advantages[part], mask[part],
-                    eps=cfg.clip_eps, eps_high=cfg.clip_eps_high, beta=cfg.beta,
-                    ref_logp=None if ref is None else ref[part], norm=cfg.loss_norm,
-                    normalizer=normalizer)
+                    eps=loss_cfg.clip_eps, eps_high=loss_cfg.clip_eps_high,
+                    beta=loss_cfg.beta, ref_logp=None if ref is None else ref[part],
+                    norm=loss_cfg.norm, normalizer=normalizer)
                 dist.backward(loss)
             _add(totals, {"loss/loss": loss.item()}, 1.0)  # parts add up to the batch loss
             share = mask[part].sum().item() / max(mask.sum().item(), 1)  # token share
             _add(totals, stats.as_floats(), share)
-        if cfg.max_grad_norm > 0:
-            norm = dist.clip_grad_norm(model, cfg.max_grad_norm)
+        if optim.max_grad_norm > 0:
+            norm = dist.clip_grad_norm(model, optim.max_grad_norm)
             _add(totals, {"loss/grad_norm": norm.item()}, 1.0)
         optimizer.step()
-    stats = dist.reduce({k: v / cfg.num_iterations for k, v in totals.items()}, "mean")
+    stats = dist.reduce({k: v / optim.num_iterations for k, v in totals.items()}, "mean")
     if batch.logprobs is not None:
         summed = dist.reduce({"gap": gap, "tokens": mask.sum().item()}, "sum")
         stats["rollout/logprob_gap"] = summed["gap"] / max(summed["tokens"], 1.0)

@@ -9,9 +9,11 @@ import zlib
 import pytest
 
 from conftest import FIXTURE_DATA
-from pods.tasks import TaskOptions, get_task
+from pods.config import CodeConfig
+from pods.tasks import get_task
 from pods.tasks.code.data import Suite, _private_cases
-from pods.tasks.code.tasks import CodeOptions, CodeTask, extract_code, outputs_match
+from pods.tasks.code.tasks import CodeTask, extract_code, outputs_match
+from runs import task_config
 
 DATA = str(FIXTURE_DATA)
 
@@ -54,7 +56,7 @@ def test_private_tests_decode_json_and_compressed_pickles_but_no_globals():
 
 
 def task(name, **options):
-    return get_task(name, TaskOptions(data_dir=DATA, **options))
+    return get_task(name, task_config(data_dir=DATA, **options))
 
 
 def test_livecodebench_fixture_splits_by_date_and_holds_both_test_kinds():
@@ -114,29 +116,31 @@ def test_mbpp_asserts_with_setup_and_humaneval_check():
 
 def test_missing_local_files_say_where_to_put_them(tmp_path):
     with pytest.raises(ValueError, match="livecodebench/test.jsonl"):
-        get_task("code", TaskOptions(data_dir=str(tmp_path)))
+        get_task("code", task_config(data_dir=str(tmp_path)))
 
 
 def test_rewards_are_scored_on_several_threads():
     from pods.tasks.scoring import Scorer
 
-    code = CodeTask("t", [], [], CodeOptions(workers=4))
+    code = CodeTask("t", [], [], CodeConfig(workers=4))
     assert code.reward_workers == 4
     problem = task("code").train()[0]
-    rewards, errors = Scorer(code).rewards([SUM, "x", SUM, "y"], [problem, problem], n=2)
+    scores = Scorer(code).rewards([SUM, "x", SUM, "y"], [problem, problem], n=2)
+    rewards, errors = scores.rewards, scores.reward_errors
     assert rewards.tolist() == [[1.0, 0.0], [1.0, 0.0]] and errors == 0
 
 
 @pytest.mark.parametrize("name", ["code", "mbpp"])
 def test_training_on_code_fixtures_with_a_chat_model(name, chat_model_dir, tmp_path):
-    from pods.config import TrainConfig
+    from pods.config import from_dict
     from pods.train.metrics import read_metrics
-    from pods.train.trainer import train
+    from pods.train.run import train
 
-    cfg = TrainConfig(model=chat_model_dir, task=name, data_dir=DATA, prompts_per_step=2,
+    cfg = from_dict(dict(model=chat_model_dir, task=name, data_dir=DATA, prompts_per_step=2,
                       n=4, m=2, max_new_tokens=8, max_steps=2, max_time=None, eval_size=2,
+                         eval_every=1e9,
                       out_dir=str(tmp_path), run_name=name, progress=False,
-                      max_prompt_tokens=1000, sandbox_workers=2)
+                      max_prompt_tokens=1000, sandbox_workers=2))
     run = train(cfg)
     evals = read_metrics(run / "metrics.jsonl", "eval")
     assert [r["step"] for r in evals] == [0, 2] and evals[0]["eval/problems"] >= 1
@@ -152,10 +156,10 @@ def test_the_training_loop_runs_model_written_programs_in_the_sandbox(chat_model
     prompt, the others by a wrong one. Each step's rewards must then be 1 and 0 exactly: the
     programs ran in the sandbox inside the loop, and the selection saw their contrast; the
     evaluation (one rollout per problem: the reference) passes every test."""
-    from pods.config import TrainConfig
+    from pods.config import from_dict
     from pods.rollout.hf import HFEngine
     from pods.train.metrics import read_metrics
-    from pods.train.trainer import train
+    from pods.train.run import train
 
     rows = [json.loads(line) for split in ("train", "test")
             for line in (FIXTURE_DATA / "mbpp" / f"{split}.jsonl").open()]
@@ -172,10 +176,11 @@ def test_the_training_loop_runs_model_written_programs_in_the_sandbox(chat_model
         return rollouts
 
     monkeypatch.setattr(HFEngine, "generate", programs)
-    cfg = TrainConfig(model=chat_model_dir, task="mbpp", data_dir=DATA, prompts_per_step=2,
+    cfg = from_dict(dict(model=chat_model_dir, task="mbpp", data_dir=DATA, prompts_per_step=2,
                       n=4, m=2, max_new_tokens=8, max_steps=2, max_time=None, eval_size=2,
+                         eval_every=1e9,
                       out_dir=str(tmp_path), run_name="programs", progress=False,
-                      max_prompt_tokens=1000, sandbox_workers=2)
+                      max_prompt_tokens=1000, sandbox_workers=2))
     run = train(cfg)
     steps = read_metrics(run / "metrics.jsonl", "step")
     assert [r["rollout/reward_mean"] for r in steps] == [0.5, 0.5]  # half pass every test

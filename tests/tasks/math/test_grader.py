@@ -8,16 +8,18 @@ import time
 import pytest
 
 import pods.tasks.math.grader
-from pods.tasks.math.grader import (
-    answers_equal,
+from pods.tasks.math.answers import (
     candidate_answers,
     clean_answer,
     extract_answer_tag,
     extract_boxed,
     extract_last_number,
+    normalize_gold,
+)
+from pods.tasks.math.grader import (
+    answers_equal,
     grade,
     grading_stats,
-    normalize_gold,
     reset_grading_stats,
 )
 

@@ -8,15 +8,16 @@ from transformers import AutoTokenizer
 
 from conftest import FIXTURE_DATA
 from pods.rollout.prompts import drop_long_prompts, render_prompts
-from pods.tasks import TaskOptions, get_task
+from pods.tasks import get_task
 from pods.tasks.math.rewards import (
-    RewardWeights,
+    MathRewardConfig,
     format_correct,
     format_score,
     math_reward,
     tag_score,
 )
 from pods.tasks.math.tasks import SYSTEM_PROMPT, amc_gold, gsm8k_gold, math_gold
+from runs import task_config
 
 DATA = str(FIXTURE_DATA)
 
@@ -31,7 +32,7 @@ def test_gold_answers():
 
 
 def test_tasks_load_from_a_data_dir():
-    options = TaskOptions(data_dir=DATA)
+    options = task_config(data_dir=DATA)
     gsm8k = get_task("gsm8k", options)
     assert len(gsm8k.train()) == 4 and len(gsm8k.test()) == 3
     assert gsm8k.train()[1].answer == "2400" and gsm8k.test()[2].answer == "750"
@@ -46,7 +47,7 @@ def test_tasks_load_from_a_data_dir():
 
 def test_missing_local_data_says_where_to_put_it(tmp_path):
     with pytest.raises(ValueError, match=r"tried .*gsm8k/train.jsonl.*--data-dir"):
-        get_task("gsm8k", TaskOptions(data_dir=str(tmp_path))).train()
+        get_task("gsm8k", task_config(data_dir=str(tmp_path))).train()
 
 
 def test_hub_failure_says_how_to_provide_files():
@@ -80,8 +81,8 @@ def test_math_reward_table(completion, gold, expected):
 
 
 def test_reward_weights_and_scores():
-    assert math_reward(THINK, "42", RewardWeights(format=0.0, tags=0.0)) == 1.0
-    weighted = get_task("gsm8k", TaskOptions(data_dir=DATA, correctness_weight=2.0,
+    assert math_reward(THINK, "42", MathRewardConfig(format=0.0, tags=0.0)) == 1.0
+    weighted = get_task("gsm8k", task_config(data_dir=DATA, correctness_weight=2.0,
                                              format_weight=0.0, tag_weight=0.5))
     problem = weighted.test()[0]  # gold "6"
     assert weighted.reward(THINK.replace("42", "6"), problem) == pytest.approx(2.0 + 0.5)
@@ -93,7 +94,7 @@ def test_reward_weights_and_scores():
 
 def test_chat_template_prompts(chat_model_dir):
     tokenizer = AutoTokenizer.from_pretrained(chat_model_dir)
-    task = get_task("gsm8k", TaskOptions(data_dir=DATA))
+    task = get_task("gsm8k", task_config(data_dir=DATA))
     texts, special = render_prompts(tokenizer, task, task.test()[:2])
     assert special is False  # the template placed the special tokens
     assert texts[0].startswith("<|im_start|>system\n" + SYSTEM_PROMPT)
@@ -111,13 +112,13 @@ def test_custom_task(tmp_path, monkeypatch):
     (tmp_path / "my_rewards.py").write_text(
         "def exact(completion, answer):\n    return float(completion.strip() == answer)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    task = get_task("custom", TaskOptions(data_file=str(data), reward_fn="my_rewards:exact"))
+    task = get_task("custom", task_config(data_file=str(data), reward_fn="my_rewards:exact"))
     assert len(task.train()) == 18 and len(task.test()) == 2  # a fixed 10% held out
     assert not {p.prompt for p in task.train()} & {p.prompt for p in task.test()}
     p = task.train()[0]
     assert task.reward(p.answer, p) == 1.0 and task.reward("nope", p) == 0.0
     # without a reward function: the math reward
-    plain = get_task("custom", TaskOptions(data_file=str(data)))
+    plain = get_task("custom", task_config(data_file=str(data)))
     assert plain.reward(f"The answer is {p.answer}", p) == 1.0
 
 
@@ -125,7 +126,7 @@ def test_custom_task_explicit_split(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "a", "answer": "1", "split": "train"}\n'
                     '{"prompt": "b", "answer": "2", "split": "test"}\n')
-    task = get_task("custom", TaskOptions(data_file=str(data)))
+    task = get_task("custom", task_config(data_file=str(data)))
     assert [p.prompt for p in task.train()] == ["a"] and [p.prompt for p in task.test()] == ["b"]
 
 
@@ -142,17 +143,18 @@ def test_custom_task_errors(tmp_path, options, message):
     names = {"OK": "ok.jsonl", "BAD_FIELDS": "bad.jsonl"}
     options["data_file"] = str(tmp_path / names.get(options["data_file"], options["data_file"]))
     with pytest.raises(ValueError, match=message):
-        get_task("custom", TaskOptions(**options))
+        get_task("custom", task_config(**options))
 
 
 def test_training_on_gsm8k_fixtures_with_a_chat_model(chat_model_dir, tmp_path):
-    from pods.config import TrainConfig
+    from pods.config import from_dict
     from pods.train.metrics import read_metrics
-    from pods.train.trainer import train
+    from pods.train.run import train
 
-    cfg = TrainConfig(model=chat_model_dir, task="gsm8k", data_dir=DATA, prompts_per_step=2,
+    cfg = from_dict(dict(model=chat_model_dir, task="gsm8k", data_dir=DATA, prompts_per_step=2,
                       n=4, m=2, max_new_tokens=8, max_steps=2, max_time=None, eval_size=3,
-                      out_dir=str(tmp_path), run_name="gsm8k", progress=False)
+                         eval_every=1e9,
+                      out_dir=str(tmp_path), run_name="gsm8k", progress=False))
     run = train(cfg)
     evals = read_metrics(run / "metrics.jsonl", "eval")
     assert {"eval/accuracy", "eval/format_accuracy", "eval/both_accuracy",

@@ -17,9 +17,9 @@ run each test once.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from functools import lru_cache
 
+from pods.config.groups import CodeConfig
 from pods.tasks import Problem
 from pods.tasks.code.data import HUMANEVAL, LIVECODEBENCH, MBPP, Suite, by_date, to_problems
 
@@ -77,13 +77,7 @@ def outputs_match(got: str, expected: str) -> bool:
     return lines(got) == lines(expected)
 
 
-@dataclass(frozen=True)
-class CodeOptions:
-    test_timeout: float = 2.0  # seconds per test
-    memory_mb: int = 512  # address-space limit per test
-    max_tests: int | None = 8  # tests run per problem per step (None: all)
-    reward: str = "fraction"  # or "all"
-    workers: int | None = None  # rollouts scored at once (None: CPU count)
+DEFAULT_CODE = CodeConfig()
 
 
 class CodeTask:
@@ -92,7 +86,7 @@ class CodeTask:
     system_prompt = SYSTEM_PROMPT
 
     def __init__(self, name: str, train: list[Problem] | None, test: list[Problem],
-                 options: CodeOptions = CodeOptions()):
+                 options: CodeConfig = DEFAULT_CODE):
         from pods.sandbox import SandboxUnavailable, default_workers
         from pods.sandbox.isolation import resolve
 
@@ -166,15 +160,15 @@ def run_test(code: str, answer: str, index: int, timeout_s: float, memory_mb: in
         return False
 
 
-def code(data_dir: str | None, options: CodeOptions) -> CodeTask:
+def code(data_dir: str | None, options: CodeConfig) -> CodeTask:
     train, test = by_date(LIVECODEBENCH.rows(data_dir))
     return CodeTask("code", to_problems(train, LIVECODEBENCH),
                     to_problems(test, LIVECODEBENCH), options)
 
 
-def mbpp(data_dir: str | None, options: CodeOptions) -> CodeTask:
+def mbpp(data_dir: str | None, options: CodeConfig) -> CodeTask:
     return CodeTask("mbpp", MBPP["train"].load(data_dir), MBPP["test"].load(data_dir), options)
 
 
-def humaneval(data_dir: str | None, options: CodeOptions) -> CodeTask:
+def humaneval(data_dir: str | None, options: CodeConfig) -> CodeTask:
     return CodeTask("humaneval", None, HUMANEVAL.load(data_dir), options)

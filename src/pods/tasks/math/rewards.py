@@ -11,15 +11,15 @@ Set ``format`` and ``tags`` to 0 for correctness only.
     >>> text = "<think>\\n3 + 4 = 7\\n</think>\\n<answer>\\n7\\n</answer>"
     >>> round(math_reward(text, "7"), 3)        # 1 + 0.1 * 1.0 + 0.1 * 1.0
     1.2
-    >>> math_reward("The answer is 8.", "7", RewardWeights(format=0, tags=0))
+    >>> math_reward("The answer is 8.", "7", MathRewardConfig(format=0, tags=0))
     0.0
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from pods.config.groups import MathRewardConfig
 from pods.tasks.math.grader import grade
 
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
@@ -27,14 +27,7 @@ _LAYOUT = re.compile(r"<think>.*</think>[ \n]?<answer>.*</answer>", flags=re.DOT
 _WHOLE = re.compile(r"[ \n]?<think>.*</think>[ \n]?<answer>.*</answer>[ \n]?", flags=re.DOTALL)
 
 
-@dataclass(frozen=True)
-class RewardWeights:
-    correctness: float = 1.0  # for a correct final answer
-    format: float = 0.1  # times format_score: the <think>..</think><answer>..</answer> layout
-    tags: float = 0.1  # times tag_score: each of the four tags present exactly once
-
-
-PAPER_WEIGHTS = RewardWeights()
+PAPER_WEIGHTS = MathRewardConfig()  # the paper's weights, also the config's defaults
 
 
 def format_score(text: str) -> float:
@@ -57,7 +50,7 @@ def tag_score(text: str) -> float:
     return sum(0.25 for tag in TAGS if text.count(tag) == 1)
 
 
-def math_reward(completion: str, gold: str, weights: RewardWeights = PAPER_WEIGHTS) -> float:
+def math_reward(completion: str, gold: str, weights: MathRewardConfig = PAPER_WEIGHTS) -> float:
     reward = weights.correctness * float(grade(completion, gold))
     if weights.format:
         reward += weights.format * format_score(completion)

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pods.tasks import Problem
-from pods.tasks.math.grader import extract_boxed, grade
-from pods.tasks.math.rewards import PAPER_WEIGHTS, RewardWeights, format_correct, math_reward
+from pods.tasks.math.answers import extract_boxed
+from pods.tasks.math.grader import grade
+from pods.tasks.math.rewards import PAPER_WEIGHTS, MathRewardConfig, format_correct, math_reward
 
 # The official code's system prompt for instruct models (arXiv 2504.13818's code).
 SYSTEM_PROMPT = """
@@ -131,7 +132,7 @@ class MathTask:
     system_prompt = SYSTEM_PROMPT
 
     def __init__(self, name: str, train: Source | None, test: Source,
-                 data_dir: str | None = None, weights: RewardWeights = PAPER_WEIGHTS):
+                 data_dir: str | None = None, weights: MathRewardConfig = PAPER_WEIGHTS):
         self.name, self._train, self._test = name, train, test
         self.data_dir, self.weights = data_dir, weights
         self._cache: dict[str, list[Problem]] = {}

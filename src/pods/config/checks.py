@@ -1,0 +1,129 @@
+"""Every check of a ``TrainConfig``, in one place, each failure saying what to change.
+
+Types first (per flat key), then values; the checks that span groups (m against n, the tiny
+model against the task, micro-batches against P*m) sit here beside the others."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pods.config.flat import LEAVES, get, type_problem
+from pods.config.groups import TrainConfig
+
+
+def problems(c: TrainConfig) -> Iterator[str]:
+    """Yield a message for each invalid field (the first one is raised)."""
+    typed = [p for p in (type_problem(k, get(c, k)) for k in LEAVES) if p]
+    if typed:  # the checks below compare values, which needs the right types
+        yield from typed
+        return
+    yield from _counts(c)
+    yield from _choices(c)
+    yield from _budget(c)
+    yield from _ranges(c)
+    yield from _model_and_task(c)
+
+
+def _counts(c: TrainConfig) -> Iterator[str]:
+    r, s = c.rollout, c.selection
+    for key in ("prompts_per_step", "n", "m", "max_new_tokens", "gen_batch_size",
+                "num_iterations", "max_prompt_tokens", "eval_repeats"):
+        if get(c, key) < 1:
+            yield f"{key}={get(c, key)} must be at least 1."
+    if s.m > r.n:
+        yield f"m={s.m} is larger than n={r.n}: keep at most the n rollouts generated " \
+              f"(set --m {r.n} or raise --n)."
+    if s.max_kept_per_group is not None and (s.scope != "batch" or
+                                             not 2 <= s.max_kept_per_group <= r.n):
+        yield f"max_kept_per_group={s.max_kept_per_group} needs selection batch and a " \
+              f"value from 2 to n={r.n} (or None)."
+    micro = c.optim.micro_batch_size
+    if micro is not None and micro > c.kept_per_step:
+        yield f"micro_batch_size={micro} is larger than the batch of kept rollouts P*m = " \
+              f"{r.prompts_per_step}*{s.m} = {c.kept_per_step}; lower it."
+
+
+def _one_of(key: str, value: str, known) -> Iterator[str]:
+    """``known``: a registry (dict, listed sorted) or a tuple of choices (listed in order)."""
+    if value not in known:
+        names = sorted(known) if isinstance(known, dict) else known
+        yield f"unknown {key} {value!r}; use one of {', '.join(names)}."
+
+
+def _choices(c: TrainConfig) -> Iterator[str]:
+    from pods.core.advantages import SCALES
+    from pods.core.downsample import RULES
+    from pods.core.loss import NORMS
+    from pods.models.policy import DTYPES
+    from pods.rollout import ENGINES
+    from pods.tasks import TASKS
+    from pods.tasks.scoring import POLICIES
+    from pods.tracking import TRACKERS, unknown_trackers
+    from pods.train.selection import SCOPES
+
+    yield from _one_of("rule", c.selection.rule, RULES)
+    yield from _one_of("selection", c.selection.scope, SCOPES)
+    if c.selection.scope == "batch" and c.selection.rule != "max_variance":
+        yield f"selection batch chooses max-variance subsets of any size, not rule " \
+              f"{c.selection.rule!r}; set rule max_variance or selection group."
+    yield from _one_of("task", c.task.name, TASKS)
+    yield from _one_of("loss_norm", c.loss.norm, NORMS)
+    yield from _one_of("adv_scale", c.loss.adv_scale, SCALES)
+    if c.task.reward_errors not in POLICIES:
+        yield f"unknown reward_errors {c.task.reward_errors!r}; use {' or '.join(POLICIES)}."
+    yield from _one_of("engine", c.rollout.engine, ENGINES)
+    yield from _one_of("dtype", c.model.dtype, DTYPES)
+    if c.task.code.reward not in ("fraction", "all"):
+        yield f"unknown code_reward {c.task.code.reward!r}; use fraction or all."
+    for name in unknown_trackers(c.tracking.report_to):
+        yield f"unknown tracker {name!r} in report_to; use none or a comma-separated list " \
+              f"of {', '.join(TRACKERS)}."
+
+
+def _budget(c: TrainConfig) -> Iterator[str]:
+    if c.run.max_steps is None and c.run.max_time is None:
+        yield "no budget: set max_steps and/or max_time."
+    for key in ("max_steps", "max_time", "eval_size", "micro_batch_size"):
+        value = get(c, key)
+        if value is not None and value <= 0:
+            yield f"{key}={value} must be positive (or None for no limit)."
+    for key in ("eval_every", "checkpoint_every", "lr", "temperature", "clip_eps",
+                "dist_timeout"):
+        if get(c, key) <= 0:
+            yield f"{key}={get(c, key)} must be positive."
+
+
+def _ranges(c: TrainConfig) -> Iterator[str]:
+    o, w = c.optim, c.task.math
+    if min(c.loss.beta, o.weight_decay, o.max_grad_norm, c.eval.temperature, w.format,
+           w.tags, w.correctness) < 0:
+        yield "beta, weight_decay, max_grad_norm, eval_temperature and the reward weights " \
+              "must be >= 0."
+    if not (0 <= o.adam_beta1 < 1 and 0 <= o.adam_beta2 < 1):
+        yield "adam_beta1 and adam_beta2 must be in [0, 1)."
+    if not 0 < c.rollout.vllm_gpu_memory_utilization <= 1:
+        yield f"vllm_gpu_memory_utilization={c.rollout.vllm_gpu_memory_utilization} must " \
+              f"be in (0, 1]: the fraction of GPU memory vLLM may take."
+    m = c.model
+    if m.lora_rank < 0 or m.lora_alpha <= 0 or not 0 <= m.lora_dropout < 1:
+        yield "lora_rank must be >= 0 (0 = full fine-tuning), lora_alpha > 0 and " \
+              "0 <= lora_dropout < 1."
+    code = c.task.code
+    if code.test_timeout <= 0 or code.memory_mb < 32:
+        yield "code_test_timeout must be positive and code_memory_mb at least 32."
+    for key in ("code_max_tests", "sandbox_workers"):
+        if get(c, key) is not None and get(c, key) < 1:
+            yield f"{key}={get(c, key)} must be at least 1 (or None)."
+
+
+def _model_and_task(c: TrainConfig) -> Iterator[str]:
+    from pods.tasks import TASKS
+
+    t = c.task
+    if c.model.name == "tiny" and t.name != "arithmetic" and t.name in TASKS:
+        yield f"the embedded model 'tiny' only knows the arithmetic task's characters; for " \
+              f"task {t.name!r} pass a real model with --model (hub id or folder)."
+    if t.name == "custom" and not t.data_file:
+        yield "task custom needs --data-file FILE (records with 'prompt' and 'answer')."
+    if t.reward_fn is not None and len([p for p in t.reward_fn.split(":") if p]) != 2:
+        yield f"reward_fn {t.reward_fn!r} must look like module:function."

@@ -1,0 +1,114 @@
+"""The config's flat faces: YAML files (``load_yaml``, ``save_yaml``) and command-line flags
+(``add_config_flags``: one argument group per concern), both keyed by the flat keys of
+``pods.config.flat``. Precedence: defaults < --config YAML < flags."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pods.config.flat import LEAVES, as_number, from_dict, type_problem
+from pods.config.groups import TrainConfig
+
+
+def read_yaml(path: str | Path) -> tuple[Any, dict[str, int]]:
+    """A YAML file's content and the line of each top-level key; a syntax error is one
+    line naming the file, line and column."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path} does not exist.")
+    text = path.read_text()
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        # where the broken construct starts (PyYAML notices the problem a line later)
+        mark = getattr(error, "context_mark", None) or getattr(error, "problem_mark", None)
+        where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ValueError(f"{where}: YAML syntax error ({problem}); write one `field: value` "
+                         f"per line, with a space after the colon.") from None
+    lines = {}
+    if isinstance(node, yaml.MappingNode):
+        lines = {str(key.value): key.start_mark.line + 1 for key, _ in node.value}
+    return data, lines
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """A training config file of flat keys: each key known and each value of its field's
+    type (numbers that YAML reads as text, such as ``3e-4``, are taken as numbers); an error
+    names the file and line. Run folders' ``config.yaml`` files are read the same way."""
+    data, lines = read_yaml(path)
+    data = data or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {path} must hold a mapping of field: value.")
+    for key, value in data.items():
+        where = f"{path}, line {lines.get(str(key), '?')}"
+        if key not in LEAVES:
+            close = difflib.get_close_matches(str(key), LEAVES, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "see `pods train --help`."
+            raise ValueError(f"{where}: unknown field {key!r}; {hint}")
+        if key == "report_to" and isinstance(value, list):
+            value = ",".join(map(str, value))
+        data[key] = value = as_number(key, value)
+        problem = type_problem(key, value)
+        if problem:
+            raise ValueError(f"{where}: {problem}")
+    return data
+
+
+def save_yaml(config: TrainConfig, path: str | Path) -> None:
+    """The config as flat keys, grouped in declaration order."""
+    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+
+
+def _parse_optional(kind: type):
+    def parse(text: str):
+        return None if text.lower() in ("none", "null") else kind(text)
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _parse_bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+_PARSERS = {"int": int, "float": float, "str": str, "bool": _parse_bool}
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per config key (--max-time and --max_time both work), under one argument
+    group per concern; unset flags stay absent so that YAML values and defaults stand."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for leaf in LEAVES.values():
+        top = leaf.path[0]
+        if top not in groups:
+            groups[top] = parser.add_argument_group(top, leaf.group_help)
+        kind = leaf.type.split(" | ")[0]
+        parse = _PARSERS[kind]
+        if "None" in leaf.type:
+            parse = _parse_optional(parse)
+        flags = list(dict.fromkeys([f"--{leaf.key.replace('_', '-')}", f"--{leaf.key}"]))
+        groups[top].add_argument(*flags, dest=f"cfg_{leaf.key}", type=parse,
+                                 default=argparse.SUPPRESS, metavar=kind.upper(),
+                                 help=f"{leaf.help} (default: {leaf.default})")
+
+
+def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The config keys given as flags (those added by ``add_config_flags``)."""
+    return {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_")}
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """Defaults < --config YAML < flags."""
+    values = load_yaml(args.config) if getattr(args, "config", None) else {}
+    return from_dict({**values, **flag_overrides(args)})

@@ -1,0 +1,124 @@
+"""The flat view of the nested ``TrainConfig``: YAML files, flags and run folders use one
+unique key per leaf field (``n``, ``lr``, ``code_test_timeout``), mapped here onto the group
+it belongs to (``rollout.n``, ``optim.lr``, ``task.code.test_timeout``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from pods.config.groups import TrainConfig
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One configurable value: its flat key, where it sits and how it is declared."""
+
+    key: str  # the YAML key and CLI flag name: "lr"
+    path: tuple[str, ...]  # attribute names from TrainConfig: ("optim", "lr")
+    field: dataclasses.Field
+    group: str  # the group's dotted path: "optim", "task.code"
+    group_help: str  # the top-level group's description, for --help
+
+    @property
+    def type(self) -> str:  # "int | None", as written in the dataclass
+        return str(self.field.type)
+
+    @property
+    def help(self) -> str:
+        return self.field.metadata["help"]
+
+    @property
+    def default(self) -> Any:
+        return self.field.default
+
+
+def _is_group(f: dataclasses.Field) -> bool:
+    return f.default_factory is not dataclasses.MISSING and \
+        dataclasses.is_dataclass(f.default_factory)
+
+
+def _leaves(cls: type, path: tuple[str, ...] = (), group_help: str = "") -> list[Leaf]:
+    found = []
+    for f in dataclasses.fields(cls):
+        if _is_group(f):
+            found += _leaves(f.default_factory, (*path, f.name),
+                             group_help or f.metadata["help"])
+        else:
+            found.append(Leaf(f.metadata.get("key", f.name), (*path, f.name), f,
+                              ".".join(path), group_help))
+    return found
+
+
+LEAVES: dict[str, Leaf] = {leaf.key: leaf for leaf in _leaves(TrainConfig)}
+FIELDS = LEAVES  # flat key -> Leaf, in declaration (and --help) order
+assert len(LEAVES) == len(_leaves(TrainConfig)), "flat config keys must be unique"
+
+
+def get(config: TrainConfig, key: str) -> Any:
+    """The value of flat key ``key`` in ``config``."""
+    value: Any = config
+    for name in LEAVES[key].path:
+        value = getattr(value, name)
+    return value
+
+
+def to_flat(config: TrainConfig) -> dict[str, Any]:
+    return {key: get(config, key) for key in LEAVES}
+
+
+def _build(cls: type, values: dict[tuple[str, ...], Any], path: tuple[str, ...] = ()):
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        here = (*path, f.name)
+        if _is_group(f):
+            kwargs[f.name] = _build(f.default_factory, values, here)
+        elif here in values:
+            kwargs[f.name] = values[here]
+    return cls(**kwargs)
+
+
+def from_dict(values: dict[str, Any]) -> TrainConfig:
+    """A config from a mapping of flat keys (missing keys take their defaults); an unknown
+    key is an error that lists the known ones."""
+    unknown = sorted(set(values) - set(LEAVES))
+    if unknown:
+        raise ValueError(f"unknown config field(s) {', '.join(unknown)}; "
+                         f"known fields: {', '.join(LEAVES)}.")
+    return _build(TrainConfig, {LEAVES[k].path: v for k, v in values.items()})
+
+
+def describe_fields() -> list[dict[str, Any]]:
+    """One row per field for the configuration reference: key, group, type, default, help."""
+    return [{"key": leaf.key, "group": leaf.group, "type": leaf.type, "default": leaf.default,
+             "help": leaf.help, "flag": "--" + leaf.key.replace("_", "-")}
+            for leaf in LEAVES.values()]
+
+
+_KINDS = {"int": "a whole number", "float": "a number", "str": "text", "bool": "true or false"}
+
+
+def type_problem(key: str, value: Any) -> str | None:
+    """What is wrong when ``value`` does not fit field ``key``'s type, else None."""
+    kinds = [k.strip() for k in LEAVES[key].type.split("|")]
+    if value is None:
+        return None if "None" in kinds else f"{key} must be {_KINDS[kinds[0]]}, not empty."
+    fits = {"int": isinstance(value, int), "float": isinstance(value, int | float),
+            "str": isinstance(value, str), "bool": isinstance(value, bool)}[kinds[0]]
+    if isinstance(value, bool) and kinds[0] != "bool":
+        fits = False
+    if fits:
+        return None
+    empty = " (or null)" if "None" in kinds else ""
+    return f"{key}={value!r} must be {_KINDS[kinds[0]]}{empty}."
+
+
+def as_number(key: str, value: Any) -> Any:
+    """YAML 1.1 reads 3e-4 (no dot) as text: take such text as the number it spells."""
+    if isinstance(value, str) and LEAVES[key].type.startswith("float"):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value

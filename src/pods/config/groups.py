@@ -1,0 +1,243 @@
+"""The training configuration: nested frozen dataclasses, one group per concern.
+
+Each leaf field is documented and defaulted once, here: ``help`` is what ``pods train
+--help`` and the configuration reference print; ``key`` (when present) is the field's flat
+name in YAML files and on the command line, where it differs from the attribute name
+(``model.name`` is ``model:`` / ``--model``). Flat keys are unique, so YAML stays flat
+(``n: 64``, ``lr: 1e-6``); see ``pods.config.flat``.
+
+Baselines are configurations of one loop:
+    GRPO        n == m                       (e.g. n=16, m=16)
+    GRPO-PODS   n > m with a rule            (e.g. n=64, m=16, rule=max_variance)
+    GRPO-GA     n == m large, small micro-batch (e.g. n=64, m=64, micro_batch_size=128)
+    batch-level n > m, selection=batch: P*m kept across the step's prompts (beyond the paper)
+
+This module imports nothing from pods, so every component can import its group; the checks
+that need the registries of rules, tasks and engines live in ``pods.config.checks``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _f(default: Any, help: str, key: str | None = None) -> Any:
+    metadata = {"help": help} if key is None else {"help": help, "key": key}
+    return field(default=default, metadata=metadata)
+
+
+def _group(cls: type, help: str) -> Any:
+    return field(default_factory=cls, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = _f("tiny", "Causal LM: a Hugging Face hub id, a local folder, or 'tiny' (the "
+                   "embedded model, built and warmed up locally; needs no network).", "model")
+    dtype: str = _f("auto", "Weights dtype: float32, bfloat16, float16, or auto (bfloat16 on "
+                    "a GPU that supports it, else float32).")
+    lora_rank: int = _f(0, "LoRA rank; 0 = full fine-tuning (the paper's single-GPU runs: 64).")
+    lora_alpha: float = _f(64.0, "LoRA alpha (the paper: 64).")
+    lora_dropout: float = _f(0.0, "LoRA dropout.")
+    lora_target_modules: str = _f("q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+                                  "Comma-separated module names that get LoRA adapters.")
+    gradient_checkpointing: bool = _f(False, "Recompute activations in the backward pass "
+                                      "(less memory, more time).")
+
+
+@dataclass(frozen=True)
+class MathRewardConfig:
+    """The paper's math reward: correctness plus two small format bonuses."""
+
+    correctness: float = _f(1.0, "Math rewards: reward for a correct answer.",
+                            "correctness_weight")
+    format: float = _f(0.1, "Math rewards: weight of the <think>/<answer> format bonus "
+                       "(0 with tag_weight 0 = correctness only).", "format_weight")
+    tags: float = _f(0.1, "Math rewards: weight of the tag-count bonus (0.25 per tag).",
+                     "tag_weight")
+
+
+@dataclass(frozen=True)
+class CodeConfig:
+    """How code tasks run model-written programs in the sandbox (pods.sandbox)."""
+
+    test_timeout: float = _f(2.0, "Code tasks: seconds each test may run (sandbox).",
+                             "code_test_timeout")
+    memory_mb: int = _f(512, "Code tasks: memory limit of each test's process, MiB.",
+                        "code_memory_mb")
+    max_tests: int | None = _f(8, "Code tasks: tests run per problem per step (the first "
+                               "ones); None = all. Evaluation runs all.", "code_max_tests")
+    reward: str = _f("fraction", "Code tasks: reward = fraction of tests passed, or all (1 "
+                     "only when every test passes).", "code_reward")
+    workers: int | None = _f(None, "Code tasks: rollouts scored at once, each in its own "
+                             "sandboxed processes; None = the CPU count.", "sandbox_workers")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    name: str = _f("arithmetic", "Task (data + verifiable reward): arithmetic (embedded), "
+                   "gsm8k, math (test: MATH-500), amc23 (test only), code (LiveCodeBench), "
+                   "mbpp, humaneval (test only), chemistry (SciKnowEval), custom.", "task")
+    data_dir: str | None = _f(None, "Folder of local data files for the hub tasks (offline "
+                              "machines); None = the Hugging Face hub.")
+    data_file: str | None = _f(None, "custom task: JSONL/JSON/Parquet records with 'prompt' "
+                               "and 'answer' (optional 'split': train/test).")
+    reward_fn: str | None = _f(None, "custom task: reward as module:function, called with "
+                               "(completion, answer) -> float; None = the math reward.")
+    reward_errors: str = _f("raise", "A reward function that raises or returns no finite "
+                            "number: raise (stop, naming the function, problem and "
+                            "completion, after a checkpoint of the last complete step) or "
+                            "zero (score 0, count rollout/reward_errors, warn once).")
+    max_prompt_tokens: int = _f(512, "Prompts longer than this (in tokens) are dropped and "
+                                "counted.")
+    math: MathRewardConfig = _group(MathRewardConfig, "The math tasks' reward weights.")
+    code: CodeConfig = _group(CodeConfig, "The code tasks' sandboxed tests.")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    prompts_per_step: int = _f(8, "P: prompts sampled per step.")
+    n: int = _f(64, "Rollouts generated per prompt.")
+    temperature: float = _f(1.0, "Sampling temperature of the rollouts.")
+    max_new_tokens: int = _f(8, "Completion length limit in tokens.")
+    gen_batch_size: int = _f(512, "Most sequences generated at once (hf: per generate() "
+                             "call; vllm: max_num_seqs).")
+    engine: str = _f("auto", "Generation engine for training and evaluation: hf "
+                     "(transformers generate on the trainer's module), vllm (vLLM in this "
+                     "process, weights synced after every step), or auto (vllm where it is "
+                     "installed and the device is a GPU, else hf).")
+    vllm_gpu_memory_utilization: float = _f(0.3, "vllm engine: the fraction of GPU memory "
+                                            "vLLM takes (weights + KV cache; the rest is the "
+                                            "trainer's); on a CPU, vLLM reads it as the "
+                                            "fraction of CPU memory it may reserve.")
+    vllm_sleep: bool = _f(False, "vllm engine on a GPU: release vLLM's memory during each "
+                          "update (sleep mode) and restore it for the next generation.")
+
+
+@dataclass(frozen=True)
+class SelectionConfig:
+    m: int = _f(16, "Rollouts kept per prompt for the update (m == n is plain GRPO).")
+    rule: str = _f("max_variance", "Down-sampling rule; see pods.core.downsample.RULES.")
+    scope: str = _f("group", "group: keep m of each prompt's n (the paper); batch: keep P*m "
+                    "in all, across the step's prompts, maximising the total within-group "
+                    "reward variance mass (0 or 2+ per prompt; beyond the paper, needs rule "
+                    "max_variance; see pods.core.batch_downsample).", "selection")
+    max_kept_per_group: int | None = _f(None, "selection batch: most rollouts one prompt may "
+                                        "keep; None = n.")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = _f(3e-4, "AdamW learning rate (constant).")
+    weight_decay: float = _f(0.0, "AdamW weight decay.")
+    adam_beta1: float = _f(0.9, "AdamW beta1.")
+    adam_beta2: float = _f(0.999, "AdamW beta2 (the paper: 0.99).")
+    max_grad_norm: float = _f(1.0, "Gradient clipping norm; 0 disables clipping.")
+    micro_batch_size: int | None = _f(None, "Sequences per forward/backward pass (gradient "
+                                      "accumulation); None = all P*m kept in one pass.")
+    num_iterations: int = _f(1, "Optimizer steps per generation batch; > 1 reuses the "
+                             "rollouts with the clipped ratio against the old policy.")
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    clip_eps: float = _f(0.2, "Lower (and default upper) clip range of the ratio.")
+    clip_eps_high: float | None = _f(None, "Upper clip range (DAPO clip-higher); None = "
+                                     "clip_eps.")
+    beta: float = _f(0.0, "KL penalty weight to the starting policy (k3); 0 as in the paper.")
+    norm: str = _f("sequence", "Loss normalisation: sequence (paper), token (DAPO), constant "
+                   "(Dr. GRPO).", "loss_norm")
+    adv_scale: str = _f("group", "Advantage scaling: group std (GRPO), batch std, or none "
+                        "(Dr. GRPO).")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Evaluation during training. Greedy, one sampling: a cheap, deterministic learning
+    curve. ``pods eval`` defaults to the paper's protocol instead (5 samplings at T=0.9),
+    for final numbers that compare with the paper's."""
+
+    every: float = _f(10.0, "Evaluate every this many training seconds (and at time 0).",
+                      "eval_every")
+    size: int | None = _f(500, "Test problems per evaluation; None = the whole test split.",
+                          "eval_size")
+    temperature: float = _f(0.0, "Evaluation sampling temperature; 0 = greedy, for a cheap "
+                            "deterministic curve (the paper, and `pods eval`: 0.9).",
+                            "eval_temperature")
+    repeats: int = _f(1, "Samplings of the test set per evaluation, reported as mean and SEM "
+                      "(the paper, and `pods eval`: 5).", "eval_repeats")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    max_steps: int | None = _f(None, "Stop after this many optimizer steps (None: no limit).")
+    max_time: float | None = _f(90.0, "Stop after this many training seconds (None: no "
+                                "limit).")
+    checkpoint_every: float = _f(60.0, "Checkpoint every this many training seconds (and at "
+                                 "the end).")
+    seed: int = _f(0, "Seed of prompts, sampling and selection.")
+    out_dir: str = _f("runs", "Folder under which the run folder is made.")
+    run_name: str | None = _f(None, "Run folder name; None = a timestamp and the n/m/rule.")
+    device: str = _f("auto", "cpu, cuda, cuda:1, ... or auto (cuda when available).")
+    progress: bool = _f(True, "Show a progress bar.")
+    dist_timeout: float = _f(1800.0, "Distributed runs: seconds a rank waits for the others "
+                             "in a collective before the run stops with an error.")
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    report_to: str = _f("none", "Experiment trackers that also get every metric (rank 0): "
+                        "none, or a comma-separated list (a list in YAML) of tensorboard, "
+                        "wandb, trackio, mlflow; each is an extra, e.g. pods-rl[wandb].")
+    project: str = _f("pods", "Trackers: the W&B / Trackio project, MLflow experiment.",
+                      "tracker_project")
+    group: str | None = _f(None, "Trackers: the run's group (pods compare sets "
+                           "comparison-variant); the tracker's run name is the group, a dash "
+                           "and the run folder's name.", "tracker_group")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.report_to, list | tuple):  # YAML and Python may give a list
+            object.__setattr__(self, "report_to", ",".join(map(str, self.report_to)))
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything one training run needs. Build it from flat keys with
+    ``pods.config.from_dict`` (as YAML files and flags do); every value is checked when it
+    is built (``pods.config.checks``)."""
+
+    model: ModelConfig = _group(ModelConfig, "The policy: which model, dtype, LoRA.")
+    task: TaskConfig = _group(TaskConfig, "What to train on: data and verifiable reward.")
+    rollout: RolloutConfig = _group(RolloutConfig, "Generation: P prompts, n rollouts each, "
+                                    "and the engine.")
+    selection: SelectionConfig = _group(SelectionConfig, "PODS: which m of the n rollouts "
+                                        "the update sees.")
+    optim: OptimConfig = _group(OptimConfig, "The optimizer and gradient accumulation.")
+    loss: LossConfig = _group(LossConfig, "The policy-gradient loss and advantages.")
+    eval: EvalConfig = _group(EvalConfig, "Held-out evaluation during training.")
+    run: RunConfig = _group(RunConfig, "Budget, checkpoints, seed, folders and devices.")
+    tracking: TrackingConfig = _group(TrackingConfig, "Experiment trackers.")
+
+    def __post_init__(self) -> None:
+        from pods.config.checks import problems  # the registries of rules, tasks, engines
+
+        for problem in problems(self):
+            raise ValueError(f"invalid config: {problem}")
+
+    @property
+    def kept_per_step(self) -> int:
+        """P*m: the rollouts one step's update sees (with selection group)."""
+        return self.rollout.prompts_per_step * self.selection.m
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat mapping of key -> value, as YAML files hold it."""
+        from pods.config.flat import to_flat
+
+        return to_flat(self)
+
+    def replace(self, **overrides: Any) -> TrainConfig:
+        """A copy with some flat keys changed (``cfg.replace(n=16, lr=1e-3)``)."""
+        from pods.config.flat import from_dict
+
+        return from_dict({**self.to_dict(), **overrides})

@@ -1,0 +1,44 @@
+"""Run folders written before the configuration was grouped still load and resume.
+
+``tests/fixtures/runs/v0_flat_config`` was written by pods at commit 1e063d7 (the flat
+61-field TrainConfig, modules flat in ``pods/``): 2 steps of a 1-layer tiny model on the
+arithmetic task, one checkpoint. Its ``config.yaml`` names the model folder it was trained
+from (a temporary path); the test resumes it on the same architecture (``tiny_model_dir``),
+whose weights the checkpoint replaces."""
+
+import shutil
+from pathlib import Path
+
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from pods.config import from_dict, load_yaml
+from pods.train.metrics import read_metrics
+from pods.train.run import resume
+
+OLD = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "v0_flat_config"
+
+
+def test_an_old_flat_config_file_reads_into_the_groups():
+    config = from_dict(load_yaml(OLD / "config.yaml"))
+    assert (config.rollout.n, config.selection.m, config.rollout.prompts_per_step) == (4, 2, 2)
+    assert config.optim.lr == 3e-4 and config.task.code.test_timeout == 2.0
+    assert config.task.math.format == 0.1 and config.run.run_name == "v0_flat_config"
+    old = yaml.safe_load((OLD / "config.yaml").read_text())
+    assert config.to_dict() == old  # every old key is a key of today's config, same value
+
+
+def test_an_old_run_folder_resumes(tiny_model_dir, tmp_path):
+    run = tmp_path / "v0_flat_config"
+    shutil.copytree(OLD, run)
+    before = load_file(run / "checkpoints" / "step_000002" / "model" / "model.safetensors")
+    resume(run, {"model": tiny_model_dir, "max_steps": 3, "device": "cpu"},
+           log=lambda *_: None)
+    steps = read_metrics(run / "metrics.jsonl", "step")
+    assert [r["step"] for r in steps] == [1, 2, 3]  # the old records kept, one step added
+    after = load_file(run / "checkpoints" / "step_000003" / "model" / "model.safetensors")
+    assert before.keys() == after.keys()
+    assert any(not torch.equal(before[k], after[k]) for k in before)  # it trained on
+    saved = load_yaml(run / "config.yaml")  # rewritten in today's format, flat
+    assert saved["max_steps"] == 3 and saved["n"] == 4
