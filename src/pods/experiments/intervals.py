@@ -10,7 +10,10 @@ recomputations. Every resample needs a number: a variant that never reaches the 
 peak in a resample counts as speed-up 0 (infinite time), see ``resampled_speedup``; with a
 single seed on a side there is nothing to resample and no interval. With 3 to 10 seeds the
 interval is rough (it tends to be too narrow; it can only be as wide as the seeds' spread),
-so it is read as "distinguishable or not", not as a precise range.
+so it is read as "distinguishable or not", not as a precise range. It also leans low: a
+baseline's peak is a maximum of its mean curve, and a resample that repeats seeds has a
+noisier mean with a higher maximum, so the point estimate often sits at the interval's upper
+end. "faster" is then the cautious verdict.
 
 Everything here takes plain arrays: a side is a ``Seeds`` (each run's accuracy as a step
 function on one grid) and nothing reads files.
