@@ -3,7 +3,6 @@ import struct
 import numpy as np
 import pytest
 
-from pods.experiments.compare import Curve
 from pods.experiments.plots import plot_compare, plot_run
 from pods.train.metrics import MetricsWriter
 
@@ -52,8 +51,8 @@ def test_plot_run_needs_metrics(tmp_path):
 
 
 def curve(times, mean, sem, seeds):
-    return Curve(times=np.array(times, float), mean=np.array(mean), sem=np.array(sem),
-                 seeds=seeds, runs=[])
+    """Plain data, as plot_compare takes it: numpy arrays or lists alike."""
+    return {"times": np.array(times, float), "mean": mean, "sem": sem, "seeds": seeds}
 
 
 def test_plot_compare_writes_png(tmp_path):

@@ -19,17 +19,10 @@ from typing import Any
 import yaml
 
 from pods.config import FIELDS, TrainConfig, as_number, from_dict, load_yaml, read_yaml
-from pods.experiments.summary import (
-    Curve,
-    aggregate_curves,
-    baseline_names,
-    markdown_table,
-    summarize,
-)
+from pods.experiments.summary import baseline_names, summarize
 from pods.train.metrics import read_metrics
 
-__all__ = ["CompareSpec", "Curve", "aggregate_curves", "is_finished", "load_spec",
-           "markdown_table", "run_compare", "summarize"]
+__all__ = ["CompareSpec", "is_finished", "load_spec", "run_compare"]
 
 SPEC_KEYS = ("base", "seeds", "baseline", "variants")
 # set per run by run_compare, never by a spec

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -16,8 +16,8 @@ from matplotlib.figure import Figure
 
 from pods.train.metrics import read_metrics
 
-if TYPE_CHECKING:
-    from pods.experiments.summary import Curve
+# a variant's curve: {"times": [G], "mean": [G], "sem": [G] (accuracies in [0, 1]), "seeds": k}
+CurveData = Mapping[str, Any]
 
 Z95 = 1.96  # band half-width in standard errors: a 95% normal interval
 
@@ -54,11 +54,13 @@ def _panel(ax, x: list[float], y: list[float], ylabel: str, what: str) -> None:
     ax.grid(alpha=0.3)
 
 
-def plot_compare(curves: Mapping[str, Curve], path: str | Path, baseline: str | None = None,
-                 step_curves: Mapping[str, Curve] | None = None) -> Path:
+def plot_compare(curves: Mapping[str, CurveData], path: str | Path,
+                 baseline: str | None = None,
+                 step_curves: Mapping[str, CurveData] | None = None) -> Path:
     """Write a PNG of each variant's mean test accuracy over seeds against training seconds,
     with a band of mean +- 1.96 SEM; a dotted line marks the ``baseline`` variant's peak.
-    With ``step_curves`` (the same against optimizer steps) a second panel shows those."""
+    With ``step_curves`` (the same against optimizer steps) a second panel shows those.
+    Curves are plain data (``CurveData``), so any caller can draw them."""
     if baseline is not None and baseline not in curves:
         raise ValueError(f"baseline {baseline!r} has no curve; use one of "
                          f"{', '.join(curves)} or None.")
@@ -76,18 +78,21 @@ def plot_compare(curves: Mapping[str, Curve], path: str | Path, baseline: str | 
     return path
 
 
-def _compare_panel(ax, curves: Mapping[str, Curve], baseline: str | None, xlabel: str) -> None:
+def _compare_panel(ax, curves: Mapping[str, CurveData], baseline: str | None,
+                   xlabel: str) -> None:
     colors = {}
     for name, c in curves.items():
-        mean, half = 100 * c.mean, 100 * Z95 * c.sem  # [G] percent
-        label = f"{name} ({c.seeds} seed{'s' if c.seeds != 1 else ''})"
+        times = np.asarray(c["times"], dtype=float)  # [G]
+        mean = 100 * np.asarray(c["mean"], dtype=float)  # [G] percent
+        half = 100 * Z95 * np.asarray(c["sem"], dtype=float)  # [G]
+        label = f"{name} ({c['seeds']} seed{'s' if c['seeds'] != 1 else ''})"
         # accuracy holds until the next eval: draw steps, not interpolated slopes
-        (line,) = ax.plot(c.times, mean, drawstyle="steps-post", label=label)
-        ax.fill_between(c.times, mean - half, mean + half, step="post", alpha=0.2,
+        (line,) = ax.plot(times, mean, drawstyle="steps-post", label=label)
+        ax.fill_between(times, mean - half, mean + half, step="post", alpha=0.2,
                         color=line.get_color(), linewidth=0)
         colors[name] = line.get_color()
     if baseline is not None:
-        peak = 100 * float(np.max(curves[baseline].mean))
+        peak = 100 * float(np.max(curves[baseline]["mean"]))
         ax.axhline(peak, linestyle=":", color=colors[baseline],
                    label=f"{baseline} peak ({peak:.1f}%)")
     ax.set_xlabel(xlabel)

@@ -7,7 +7,9 @@ mean over seeds with a band of 1.96 x SEM; the speed-up of a variant over a base
 time the baseline takes to reach its own peak mean accuracy divided by the time the variant
 takes to reach that same accuracy. A spec may name several baselines (the paper compares
 PODS with GRPO at fewer rollouts and with GRPO-GA on all of them): each row then has a
-speed-up over each.
+speed-up over each. Beyond the paper, each speed-up carries a 95% bootstrap interval over
+seeds and a verdict (pods.experiments.intervals), so a table says which differences the
+seeds can tell apart.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from pods.experiments.intervals import Seeds, on_common_grid, step_functions, to_peak, versus
 from pods.experiments.plots import plot_compare
 from pods.train.metrics import read_metrics
 
@@ -34,6 +37,14 @@ class Curve:
     seeds: int
     runs: list[Path]  # the run folders averaged
 
+    def plain(self) -> dict[str, Any]:
+        """What plots.plot_compare draws: lists and a seed count."""
+        return {"times": self.times.tolist(), "mean": self.mean.tolist(),
+                "sem": self.sem.tolist(), "seeds": self.seeds}
+
+
+Runs = list[tuple[Path, list[dict]]]  # a variant's run folders with their eval records
+
 
 def aggregate_curves(out_dir: str | Path, x: str = "time") -> dict[str, Curve]:
     """One Curve per variant folder (a subfolder with ``seed*/metrics.jsonl``), by name.
@@ -45,7 +56,12 @@ def aggregate_curves(out_dir: str | Path, x: str = "time") -> dict[str, Curve]:
     ``x`` is the record field on the horizontal axis: "time" (training seconds) or "step"
     (optimizer steps; ``Curve.times`` then holds steps).
     """
-    curves = {}
+    return {name: _curve(runs, seeds_of(runs, x)) for name, runs in load_runs(out_dir).items()}
+
+
+def load_runs(out_dir: str | Path) -> dict[str, Runs]:
+    """Each variant folder's runs that have eval records, seeds in numeric order."""
+    found = {}
     for variant in sorted(p for p in Path(out_dir).iterdir() if p.is_dir()):
         runs = []
         for metrics in sorted(variant.glob("seed*/metrics.jsonl"), key=_seed_order):
@@ -55,8 +71,8 @@ def aggregate_curves(out_dir: str | Path, x: str = "time") -> dict[str, Curve]:
             else:
                 print(f"{metrics.parent}: no eval records yet, left out.")
         if runs:
-            curves[variant.name] = _curve(runs, x)
-    return curves
+            found[variant.name] = runs
+    return found
 
 
 def _seed_order(metrics: Path) -> tuple[int, str]:
@@ -64,33 +80,40 @@ def _seed_order(metrics: Path) -> tuple[int, str]:
     return (int(digits) if digits.isdigit() else -1, metrics.parent.name)
 
 
-def _curve(runs: list[tuple[Path, list[dict]]], x: str = "time") -> Curve:
-    steps = []  # per run: (times [E], accuracies [E]) sorted by time, stable for ties
-    for _, evals in runs:
-        t = np.array([r[x] for r in evals], dtype=float)
-        acc = np.array([r["eval/accuracy"] for r in evals], dtype=float)
-        order = np.argsort(t, kind="stable")
-        steps.append((t[order], acc[order]))
-    grid = np.unique(np.concatenate([t for t, _ in steps]))  # [G] sorted union
-    start, stop = max(t[0] for t, _ in steps), min(t[-1] for t, _ in steps)
-    grid = grid[(grid >= start) & (grid <= stop)]
-    if not len(grid):
-        raise ValueError(f"runs {', '.join(str(r) for r, _ in runs)} have no eval time in "
-                         "common (one ends before another starts); remove the odd run.")
-    # side="right": of evals at equal times, the last written one holds
-    values = np.stack([acc[np.searchsorted(t, grid, side="right") - 1] for t, acc in steps])
-    k = len(runs)  # values: [k, G]
-    sem = values.std(axis=0, ddof=1) / np.sqrt(k) if k > 1 else np.zeros(len(grid))
-    return Curve(times=grid, mean=values.mean(axis=0), sem=sem, seeds=k,
+def seeds_of(runs: Runs, x: str = "time") -> Seeds:
+    """A variant's runs as step functions of accuracy against record field ``x``."""
+    return step_functions([([r[x] for r in evals], [r["eval/accuracy"] for r in evals])
+                           for _, evals in runs])
+
+
+def _curve(runs: Runs, seeds: Seeds) -> Curve:
+    try:
+        times, values = on_common_grid(seeds.times, seeds.values)  # [G], [k, G]
+    except ValueError as e:
+        raise ValueError(f"runs {', '.join(str(r) for r, _ in runs)}: {e}") from None
+    k = seeds.k
+    sem = values.std(axis=0, ddof=1) / np.sqrt(k) if k > 1 else np.zeros(len(times))
+    return Curve(times=times, mean=values.mean(axis=0), sem=sem, seeds=k,
                  runs=[run for run, _ in runs])
+
+
+# the first baseline's figures, repeated at the top of each row under these names
+TOP = {"time_to_peak": "time_to_baseline_peak", "speedup": "speedup",
+       "speedup_ci95": "speedup_ci95", "verdict": "verdict",
+       "steps_to_peak": "steps_to_baseline_peak", "steps_ratio": "steps_ratio",
+       "steps_ratio_ci95": "steps_ratio_ci95", "steps_verdict": "steps_verdict",
+       "p_better_at_end": "p_better_at_end", "p_better_at_end_ci95": "p_better_at_end_ci95",
+       "seeds_baseline": "seeds_baseline"}
 
 
 def summarize(out_dir: str | Path) -> list[dict[str, Any]]:
     """Write summary.json, summary.md and curves.png for a comparison folder; print the table.
 
     Rows in the spec's variant order; times are training seconds, accuracies in [0, 1]. The
-    first baseline's figures are the row's ``time_to_baseline_peak``, ``speedup`` and
-    ``steps_to_baseline_peak``; ``vs`` holds them for every baseline by name.
+    ``vs`` entry holds, per baseline by name, the time and optimizer steps to its peak, the
+    speed-up and steps ratio with 95% intervals over seeds and their verdicts, and the
+    probability of ending above it (pods.experiments.intervals). The first baseline's
+    figures are repeated at the top of the row (``TOP`` names them).
     """
     out_dir = Path(out_dir)
     spec_path = out_dir / "compare.yaml"
@@ -98,39 +121,45 @@ def summarize(out_dir: str | Path) -> list[dict[str, Any]]:
         raise ValueError(f"{out_dir} has no compare.yaml: summarize a folder made by "
                          "`pods compare SPEC --out DIR`.")
     spec = yaml.safe_load(spec_path.read_text()) or {}
-    order = list(spec.get("variants") or {})
-    found = aggregate_curves(out_dir)
+    found = load_runs(out_dir)
     if not found:
         raise ValueError(f"{out_dir} has no run with eval records yet; nothing to summarize.")
-    curves = {n: found[n] for n in order if n in found}
-    curves.update({n: c for n, c in found.items() if n not in curves})
+    order = [n for n in spec.get("variants") or {} if n in found]
+    runs = {n: found[n] for n in order + [n for n in found if n not in order]}
+    by_time = {n: seeds_of(r, "time") for n, r in runs.items()}
+    by_step = {n: seeds_of(r, "step") for n, r in runs.items()}
+    curves = {n: _curve(r, by_time[n]) for n, r in runs.items()}
     baselines = []
     for name in baseline_names(spec.get("baseline")):
         if name in curves:
             baselines.append(name)
         else:
             print(f"baseline {name!r} has no eval records yet: no speed-ups over it.")
-    by_step = aggregate_curves(out_dir, x="step")
     rows = []
     for name, curve in curves.items():
-        vs = {}
-        for base in baselines:
-            reach = _reach(curve, curves[base])
-            vs[base] = {"time_to_peak": reach,
-                        "speedup": _speedup(reach, curves[base], name == base),
-                        "steps_to_peak": _reach(by_step.get(name), by_step.get(base))}
+        vs = {base: (versus(by_time[name], by_time[base], by_step[name], by_step[base])
+                     if base != name else _itself(by_time[name], by_step[name]))
+              for base in baselines}
         first = vs[baselines[0]] if baselines else {}
-        rows.append({**_row(name, curve),
-                     "time_to_baseline_peak": first.get("time_to_peak"),
-                     "speedup": first.get("speedup"),
-                     "steps_to_baseline_peak": first.get("steps_to_peak"), "vs": vs})
+        rows.append({**_row(name, curve), **{TOP[k]: first.get(k) for k in TOP}, "vs": vs})
     (out_dir / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
     table = markdown_table(rows)
     (out_dir / "summary.md").write_text(table)
-    plot_compare(curves, out_dir / "curves.png", baseline=baselines[0] if baselines else None,
-                 step_curves={n: by_step[n] for n in curves if n in by_step})
+    plot_compare({n: c.plain() for n, c in curves.items()}, out_dir / "curves.png",
+                 baseline=baselines[0] if baselines else None,
+                 step_curves={n: _curve(runs[n], by_step[n]).plain() for n in runs})
     print(table, end="")
     return rows
+
+
+def _itself(by_time: Seeds, by_step: Seeds) -> dict[str, Any]:
+    """The baseline against itself: 1x by definition, no interval and no verdict."""
+    return {"time_to_peak": to_peak(by_time, by_time)[1], "speedup": 1.0,
+            "speedup_ci95": None, "verdict": None,
+            "steps_to_peak": to_peak(by_step, by_step)[1], "steps_ratio": 1.0,
+            "steps_ratio_ci95": None, "steps_verdict": None,
+            "p_better_at_end": None, "p_better_at_end_ci95": None,
+            "seeds_variant": by_time.k, "seeds_baseline": by_time.k}
 
 
 def baseline_names(value: Any) -> list[str]:
@@ -138,15 +167,6 @@ def baseline_names(value: Any) -> list[str]:
     if value is None:
         return []
     return [str(v) for v in value] if isinstance(value, list | tuple) else [str(value)]
-
-
-def _speedup(reach: float | None, base: Curve, is_base: bool) -> float | None:
-    """The baseline's time to its peak / ``reach``, the variant's time to that accuracy;
-    None when the variant never gets there or a time is zero."""
-    if is_base:
-        return 1.0
-    base_ttp = float(base.times[np.argmax(base.mean)])
-    return base_ttp / reach if reach and base_ttp else None
 
 
 def _row(name: str, curve: Curve) -> dict[str, Any]:
@@ -169,15 +189,6 @@ def _row(name: str, curve: Curve) -> dict[str, Any]:
     }
 
 
-def _reach(curve: Curve | None, base: Curve | None) -> float | None:
-    """First grid point where ``curve``'s mean reaches ``base``'s peak mean, or None."""
-    if curve is None or base is None:
-        return None
-    # tolerance: equal accuracies averaged in another order may differ in the last bit
-    hits = np.flatnonzero(curve.mean >= float(base.mean.max()) - 1e-9)
-    return float(curve.times[hits[0]]) if len(hits) else None
-
-
 def _values(steps: list[list[dict]], key: str) -> list[float]:
     return [r[key] for records in steps for r in records if r.get(key) is not None]
 
@@ -194,29 +205,54 @@ def _max_of(steps: list[list[dict]], key: str) -> float | None:
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The summary as a markdown table: accuracies in %, times in seconds; per baseline B the
-    time to B's peak, the speed-up over B and the optimizer steps to B's peak."""
-    def num(x: float | None, fmt: str, none: str = "-") -> str:
-        return none if x is None else format(x, fmt)
-
+    time to B's peak, the speed-up over B, the optimizer steps to B's peak and the steps
+    ratio (each ratio with its 95% interval over seeds and verdict), and the probability
+    of ending above B."""
     baselines = list(rows[0].get("vs") or {}) if rows else []
     head = ["variant", "seeds", "peak acc (%)", "time to peak (s)"]
     for base in baselines:
-        head += [f"time to {base} peak (s)", f"speed-up vs {base}", f"steps to {base} peak"]
+        head += [f"time to {base} peak (s)", f"speed-up vs {base} [95% CI]",
+                 f"steps to {base} peak", f"steps ratio vs {base} [95% CI]",
+                 f"P(end above {base}) [95% CI]"]
     head += ["final acc (%)", "s/step", "generate s/step", "update s/step",
              "completion len (tokens)", "peak RSS (MB)", "peak GPU (MB)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["variant"], str(r["seeds"]), num(100 * r["peak_acc"], ".1f"),
-                 num(r["time_to_peak"], ".1f")]
+        cells = [r["variant"], str(r["seeds"]), _num(100 * r["peak_acc"], ".1f"),
+                 _num(r["time_to_peak"], ".1f")]
         for base in baselines:
             v = r["vs"][base]
-            speedup = "never" if v["time_to_peak"] is None else num(v["speedup"], ".2f", "n/a")
-            speedup += "x" if v["speedup"] is not None else ""
-            cells += [num(v["time_to_peak"], ".1f", "never"), speedup,
-                      num(v["steps_to_peak"], ".0f", "never")]
-        cells += [num(100 * r["final_acc"], ".1f"), num(r["sec_per_step"], ".3f"),
-                  num(r["generate_sec"], ".3f"), num(r["update_sec"], ".3f"),
-                  num(r.get("completion_len"), ".1f"), num(r["peak_mem_mb"], ".0f"),
-                  num(r["peak_gpu_mb"], ".0f")]
+            cells += [_num(v["time_to_peak"], ".1f", "never"),
+                      _ratio_cell(v, "time_to_peak", "speedup", "verdict"),
+                      _num(v["steps_to_peak"], ".0f", "never"),
+                      _ratio_cell(v, "steps_to_peak", "steps_ratio", "steps_verdict"),
+                      _num(v["p_better_at_end"], ".2f") + _ci(v, "p_better_at_end_ci95")]
+        cells += [_num(100 * r["final_acc"], ".1f"), _num(r["sec_per_step"], ".3f"),
+                  _num(r["generate_sec"], ".3f"), _num(r["update_sec"], ".3f"),
+                  _num(r.get("completion_len"), ".1f"), _num(r["peak_mem_mb"], ".0f"),
+                  _num(r["peak_gpu_mb"], ".0f")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _num(x: float | None, fmt: str, none: str = "-") -> str:
+    return none if x is None else format(x, fmt)
+
+
+def _ratio_cell(v: dict[str, Any], reach: str, ratio: str, verdict: str) -> str:
+    """"2.10x [1.40, 3.00] faster"; "never" or "n/a" (a zero time) without an estimate."""
+    if v[reach] is not None and v[ratio] is None:
+        return "n/a"
+    text = "never" if v[reach] is None else f"{v[ratio]:.2f}x"
+    return text + _ci(v, f"{ratio}_ci95") + (f" {v[verdict]}" if v[verdict] else "")
+
+
+def _ci(v: dict[str, Any], key: str) -> str:
+    """" [lo, hi]" ("inf" for an unbounded end); " (1 seed: no CI)" when a side has one
+    seed; nothing for the baseline against itself."""
+    ci = v[key]
+    if ci is not None:
+        return " [" + ", ".join(_num(x, ".2f", "inf") for x in ci) + "]"
+    if v["p_better_at_end"] is not None and min(v["seeds_variant"], v["seeds_baseline"]) < 2:
+        return " (1 seed: no CI)"
+    return ""

@@ -1,0 +1,97 @@
+"""The interval math on plain arrays: step functions, the degenerate ratios, the probability
+of improvement, the bootstrap's single-seed and unbounded cases, verdicts."""
+
+import numpy as np
+import pytest
+
+from pods.experiments.intervals import (
+    interval,
+    p_better,
+    resampled_speedup,
+    speedup,
+    step_functions,
+    to_peak,
+    verdict,
+)
+
+
+def test_step_functions_hold_between_evals_and_stop_after_the_last():
+    # run 0 evaluates at 0, 10 (twice: the later record holds), 20; run 1 at 5 and 15
+    seeds = step_functions([([0, 10, 10, 20], [.1, .2, .3, .4]), ([15, 5], [.6, .5])])
+    np.testing.assert_array_equal(seeds.times, [0, 5, 10, 15, 20])
+    np.testing.assert_array_equal(seeds.values, [[.1, .1, .3, .3, .4],
+                                                 [np.nan, .5, .5, .6, np.nan]])
+    np.testing.assert_array_equal(seeds.final, [.4, .6])  # last by time, not by file order
+    assert seeds.k == 2
+
+
+def test_to_peak_from_chosen_runs():
+    base = step_functions([([0, 10, 20], [.5, .8, .7]), ([0, 10, 20], [.5, .6, .9])])
+    variant = step_functions([([0, 4, 8], [.5, .75, .9])])
+    # both baseline runs: mean .5, .7, .8 -> peak .8 at 20; the variant has .8 at 8
+    assert to_peak(variant, base) == (20.0, 8.0)
+    # run 0 twice: peak .8 at 10; run 1 twice: peak .9 at 20, which the variant reaches at 8
+    assert to_peak(variant, base, [0], [0, 0]) == (10.0, 8.0)
+    assert to_peak(variant, base, [0], [1, 1]) == (20.0, 8.0)
+    higher = step_functions([([0, 10], [.5, .95])] * 2)
+    assert to_peak(variant, higher) == (10.0, None)  # never reaches .95
+
+
+@pytest.mark.parametrize("base_time, time, point, resampled", [
+    (20.0, 10.0, 2.0, 2.0),
+    (20.0, None, None, 0.0),  # never gets there: infinitely slow
+    (20.0, 0.0, None, np.inf),  # there before any training, the baseline was not
+    (0.0, 0.0, None, 1.0),  # both there at once: a tie
+    (0.0, 5.0, None, 0.0),  # the baseline peaked at once, the variant took 5 s
+])
+def test_speedup_conventions(base_time, time, point, resampled):
+    assert speedup(base_time, time) == point
+    assert resampled_speedup(base_time, time) == resampled
+
+
+def test_p_better_counts_pairs_and_half_ties():
+    # .6 beats .5 (1); .8 beats .5 and .7 (2); .9 beats .5 and .7, ties .9 (2.5): 5.5 / 9
+    assert p_better(np.array([.6, .8, .9]), np.array([.5, .7, .9])) == pytest.approx(5.5 / 9)
+    assert p_better(np.array([.9, .9]), np.array([.1, .2, .3])) == 1.0
+    assert p_better(np.array([.3]), np.array([.3])) == 0.5
+    # .1 + .2 is 0.30000000000000004: still a tie
+    assert p_better(np.array([.1 + .2]), np.array([.3])) == 0.5
+
+
+def test_interval_needs_two_runs_a_side():
+    assert interval(lambda ia, ib: 1.0, 1, 5) is None
+    assert interval(lambda ia, ib: 1.0, 5, 1) is None
+
+
+def test_interval_resamples_each_side_independently():
+    """A statistic that is the fraction of run 0 in the resampled left side: with 3 runs
+    drawn with replacement that is k/3, k ~ Binomial(3, 1/3). P(k = 0) = 8/27 (30%), so
+    the 2.5% point is 0; P(k = 3) = 1/27 (3.7% > 2.5%), so the 97.5% point is 1."""
+    assert interval(lambda ia, ib: float(np.mean(ia == 0)), 3, 4) == [0.0, 1.0]
+    calls = []  # each side: its own size, integer indices from its own range
+
+    def record(ia, ib):
+        calls.append((len(ia), ia.dtype.kind, ia.max() < 3, len(ib), ib.dtype.kind))
+        return 0.0
+
+    interval(record, 3, 4)
+    assert set(calls) == {(3, "i", True, 4, "i")} and len(calls) > 1000
+    assert interval(record, 3, 4) == [0.0, 0.0]  # a constant has a zero-width interval
+
+
+def test_interval_unbounded_end_is_none():
+    # inf whenever the left resample is all run 0 (probability 1/4 with 2 runs)
+    assert interval(lambda ia, ib: np.inf if (ia == 0).all() else 1.0, 2, 2) == [1.0, None]
+
+
+@pytest.mark.parametrize("ci, expected", [
+    ([1.2, 2.0], "faster"),
+    ([1.1, None], "faster"),  # unbounded above
+    ([0.2, 0.9], "slower"),
+    ([0.5, 1.0], "not distinguishable"),  # 1 is inside, at the edge
+    ([1.0, 3.0], "not distinguishable"),
+    ([0.0, 1.7], "not distinguishable"),
+    (None, None),
+])
+def test_verdict(ci, expected):
+    assert verdict(ci) == expected

@@ -1,0 +1,266 @@
+"""The summary of a comparison folder, on hand-written runs with worked numbers: mean curves,
+speed-ups and their 95% bootstrap intervals over seeds, verdicts, the probability of ending
+higher, and what summary.json and summary.md say."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from comparison_runs import write_run, write_spec
+
+from pods.experiments.summary import aggregate_curves, summarize
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_step_function_grid_mean_and_sem(tmp_path):
+    write_run(tmp_path / "a" / "seed2", [(0, 0.2), (10, 0.5), (25, 0.6)])
+    write_run(tmp_path / "a" / "seed10", [(0, 0.4), (15, 0.3), (20, 0.7)])
+    write_run(tmp_path / "b" / "seed0", [(0, 0.1), (5, 0.3)])
+    (tmp_path / "notes").mkdir()  # a folder without runs is not a variant
+    curves = aggregate_curves(tmp_path)
+    assert list(curves) == ["a", "b"]
+    a = curves["a"]
+    # union of eval times {0, 10, 15, 20, 25}, cut at min(last times) = min(25, 20) = 20
+    np.testing.assert_array_equal(a.times, [0, 10, 15, 20])
+    # seed2 as a step function: 0->.2, 10->.5, 15->.5 (held), 20->.5 (held)
+    # seed10:                   0->.4, 10->.4 (held), 15->.3, 20->.7
+    # mean: (.2+.4)/2=.3, (.5+.4)/2=.45, (.5+.3)/2=.4, (.5+.7)/2=.6
+    np.testing.assert_allclose(a.mean, [0.3, 0.45, 0.4, 0.6])
+    # two values x, y: std (ddof=1) = |x-y|/sqrt(2), SEM = std/sqrt(2) = |x-y|/2
+    np.testing.assert_allclose(a.sem, [0.1, 0.05, 0.1, 0.1])
+    assert a.seeds == 2
+    assert a.runs == [tmp_path / "a" / "seed2", tmp_path / "a" / "seed10"]  # numeric order
+    b = curves["b"]
+    assert b.seeds == 1
+    np.testing.assert_array_equal(b.sem, [0.0, 0.0])  # one seed: no spread
+
+
+def test_truncated_last_line_and_runs_without_evals_are_ignored(tmp_path, capsys):
+    run = write_run(tmp_path / "a" / "seed0", [(0, 0.2), (10, 0.4)], done=False)
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"kind": "eval", "step": 2, "time": 20, "eval/acc')  # killed mid-write
+    write_run(tmp_path / "a" / "seed1", [], done=False)  # started, nothing evaluated yet
+    a = aggregate_curves(tmp_path)["a"]
+    np.testing.assert_array_equal(a.times, [0, 10])
+    np.testing.assert_allclose(a.mean, [0.2, 0.4])
+    assert a.seeds == 1 and "no eval records yet" in capsys.readouterr().out
+
+
+def make_comparison(tmp_path: Path) -> Path:
+    write_spec(tmp_path, "grpo", ["grpo", "pods", "slow"])
+    write_run(tmp_path / "grpo" / "seed0", [(0, 0.5), (10, 0.6), (20, 0.8), (30, 0.7)],
+              [{"step": 1, "time": 2, "mem/peak_rss_mb": 100, "time/generate": 0.5},
+               {"step": 10, "time": 30, "mem/peak_rss_mb": 150, "mem/peak_gpu_mb": 900,
+                "time/generate": 1.5, "time/update": 2.0}])
+    write_run(tmp_path / "grpo" / "seed1", [(0, 0.5), (10, 0.8), (20, 0.6), (30, 0.9)],
+              [{"step": 12, "time": 30, "mem/peak_rss_mb": 120}])
+    write_run(tmp_path / "pods" / "seed0", [(0, 0.5), (8, 0.9), (16, 0.9)],
+              [{"step": 4, "time": 16, "mem/peak_rss_mb": 200}])
+    write_run(tmp_path / "pods" / "seed1", [(0, 0.5), (8, 0.7), (16, 0.9)],
+              [{"step": 4, "time": 16, "mem/peak_rss_mb": 210, "rollout/completion_len": 7.0,
+                "select/completion_len": 5.0}])
+    write_run(tmp_path / "slow" / "seed0", [(0, 0.5), (20, 0.6), (40, 0.75)])
+    return tmp_path
+
+
+def test_summary_speedup_worked_numbers(tmp_path, capsys):
+    rows = {r["variant"]: r for r in summarize(make_comparison(tmp_path))}
+    # grpo mean on [0, 10, 20, 30]: .5, (.6+.8)/2=.7, (.8+.6)/2=.7, (.7+.9)/2=.8
+    g = rows["grpo"]
+    assert g["peak_acc"] == pytest.approx(0.8) and g["time_to_peak"] == 30
+    assert g["time_to_baseline_peak"] == 30 and g["speedup"] == 1.0
+    assert g["sec_per_step"] == pytest.approx(2.75)  # mean(30 s / 10 steps, 30 s / 12 steps)
+    assert g["peak_mem_mb"] == 150 and g["peak_gpu_mb"] == 900
+    assert g["generate_sec"] == 1.0 and g["update_sec"] == 2.0  # means over step records
+    # pods mean on [0, 8, 16]: .5, (.9+.7)/2=.8, .9; first reaches grpo's peak .8 at 8 s
+    p = rows["pods"]
+    assert p["peak_acc"] == pytest.approx(0.9) and p["time_to_peak"] == 16
+    assert p["time_to_baseline_peak"] == 8
+    assert p["speedup"] == pytest.approx(30 / 8)  # 3.75x
+    assert p["peak_gpu_mb"] is None and p["final_acc"] == pytest.approx(0.9)
+    # slow peaks at .75 < .8: never reaches the baseline's peak
+    s = rows["slow"]
+    assert s["time_to_baseline_peak"] is None and s["speedup"] is None
+    assert s["sec_per_step"] is None and s["final_acc"] == pytest.approx(0.75)
+    # the same against optimizer steps (write_run numbers evals 0, 1, 2, ...):
+    # grpo mean by step .5, .7, .7, .8 -> peak .8 at step 3; pods .5, .8, .9 -> .8 at step 1
+    assert (g["steps_to_baseline_peak"], p["steps_to_baseline_peak"]) == (3, 1)
+    assert s["steps_to_baseline_peak"] is None
+    # the intervals, 2 seeds a side: each side's resample is {s0, s0}, {s1, s1} (1/4 each)
+    # or one of each (1/2). grpo's peak: .8 at 20 s, .9 at 30 s, .8 at 30 s; the time pods
+    # takes to reach it: {s0, s0} 8 s, {s1, s1} 16 s for both .8 and .9, mixed 8 s, 16 s.
+    # Speed-ups: 1.25 (p 1/16), 1.875 (5/16), 2.5 (3/16), 3.75 (7/16): the 2.5% and 97.5%
+    # points are the two ends, far from any boundary, whatever the generator draws
+    assert p["speedup_ci95"] == [1.25, 3.75] and p["verdict"] == "faster"
+    # by steps the same cases give 1, 1.5, 2, 3 with those weights: 1 is inside
+    assert p["steps_ratio"] == 3.0 and p["steps_ratio_ci95"] == [1.0, 3.0]
+    assert p["steps_verdict"] == "not distinguishable"
+    # pods ends at .9, .9; grpo at .7, .9: pairs 1 + 1/2 + 1 + 1/2 of 4; resamples of grpo
+    # {.7, .7} 1, {.9, .9} 1/2, mixed 3/4
+    assert p["p_better_at_end"] == 0.75 and p["p_better_at_end_ci95"] == [0.5, 1.0]
+    assert (p["seeds"], p["seeds_baseline"], p["vs"]["grpo"]["seeds_variant"]) == (2, 2, 2)
+    # one seed on a side: estimates without intervals; the baseline itself: none either
+    assert s["speedup_ci95"] is None and s["verdict"] is None
+    assert s["p_better_at_end"] == 0.5 and s["p_better_at_end_ci95"] is None  # .75 vs .7, .9
+    assert g["speedup_ci95"] is None and g["verdict"] is None and g["p_better_at_end"] is None
+
+    assert json.loads((tmp_path / "summary.json").read_text()) == list(rows.values())
+    table = (tmp_path / "summary.md").read_text()
+    assert p["completion_len"] == 7.0 and p["kept_completion_len"] == 5.0
+    assert "| time to grpo peak (s) | speed-up vs grpo [95% CI] | steps to grpo peak | steps " \
+           "ratio vs grpo [95% CI] | P(end above grpo) [95% CI] | final acc (%) |" in table
+    assert "| grpo | 2 | 80.0 | 30.0 | 30.0 | 1.00x | 3 | 1.00x | - | 80.0 |" in table
+    assert ("| pods | 2 | 90.0 | 16.0 | 8.0 | 3.75x [1.25, 3.75] faster | 1 | 3.00x [1.00, 3.00]"
+            " not distinguishable | 0.75 [0.50, 1.00] | 90.0 | 4.000 | - | - | 7.0 | 210 | - |"
+            ) in table
+    assert ("| slow | 1 | 75.0 | 40.0 | never | never (1 seed: no CI) | never | never (1 seed: "
+            "no CI) | 0.50 (1 seed: no CI) | 75.0 |") in table
+    assert table in capsys.readouterr().out
+    png = (tmp_path / "curves.png").read_bytes()
+    assert png.startswith(PNG) and len(png) > 5000
+
+
+def test_two_baselines_each_get_a_speedup(tmp_path):
+    """The paper's two comparisons in one spec: PODS against GRPO with fewer rollouts and
+    against GRPO-GA on all of them."""
+    make_comparison(tmp_path)
+    spec = yaml.safe_load((tmp_path / "compare.yaml").read_text())
+    spec["baseline"] = ["grpo", "slow"]
+    (tmp_path / "compare.yaml").write_text(yaml.safe_dump(spec))
+    rows = {r["variant"]: r for r in summarize(tmp_path)}
+    p = rows["pods"]
+    # the first baseline stays the row's own speed-up
+    assert p["speedup"] == pytest.approx(30 / 8) and p["vs"]["grpo"]["speedup"] == p["speedup"]
+    # slow peaks (.75) at 40 s; pods first reaches .75 at 8 s (mean .8): 5x, at step 1;
+    # grpo reaches .75 at 30 s (mean .8): 40/30
+    # pods against slow by steps: slow peaks at step 2, pods has .75 at step 1; it ends at .9
+    # against .75 in both pairs; slow has one seed, so nothing has an interval
+    assert p["vs"]["slow"] == {
+        "time_to_peak": 8, "speedup": 5.0, "speedup_ci95": None, "verdict": None,
+        "steps_to_peak": 1, "steps_ratio": 2.0, "steps_ratio_ci95": None,
+        "steps_verdict": None, "p_better_at_end": 1.0, "p_better_at_end_ci95": None,
+        "seeds_variant": 2, "seeds_baseline": 1}
+    assert rows["grpo"]["vs"]["slow"]["speedup"] == pytest.approx(40 / 30)
+    assert rows["slow"]["vs"]["slow"]["speedup"] == 1.0
+    assert rows["slow"]["vs"]["grpo"]["speedup"] is None  # never reaches .8
+    table = (tmp_path / "summary.md").read_text()
+    assert "| P(end above grpo) [95% CI] | time to slow peak (s) | speed-up vs slow [95% CI] |" \
+        in table
+    assert ("| 0.75 [0.50, 1.00] | 8.0 | 5.00x (1 seed: no CI) | 1 | 2.00x (1 seed: no CI) | "
+            "1.00 (1 seed: no CI) | 90.0 |") in table
+
+
+def test_baseline_peaking_at_time_zero_gives_no_speedup(tmp_path):
+    write_spec(tmp_path, "base", ["base", "other"])
+    write_run(tmp_path / "base" / "seed0", [(0, 0.5), (10, 0.4)])
+    write_run(tmp_path / "other" / "seed0", [(0, 0.5), (10, 0.6)])
+    rows = {r["variant"]: r for r in summarize(tmp_path)}
+    assert rows["base"]["time_to_peak"] == 0 and rows["base"]["speedup"] == 1.0
+    # reaches .5 at 0 s; 0 s / 0 s is no speed-up
+    assert rows["other"]["time_to_baseline_peak"] == 0 and rows["other"]["speedup"] is None
+    assert "| 0.0 | n/a | 0 | n/a |" in (tmp_path / "summary.md").read_text()
+
+
+def test_summarize_needs_a_comparison_folder(tmp_path):
+    with pytest.raises(ValueError, match="has no compare.yaml"):
+        summarize(tmp_path)
+
+
+
+
+def write_seeds(out: Path, variant: str, runs) -> None:
+    for seed, evals in enumerate(runs):
+        write_run(out / variant / f"seed{seed}", evals)
+
+
+def test_a_clear_speedup_is_faster_and_its_reverse_slower(tmp_path):
+    """Every pods seed reaches .8 in half the time of a grpo seed, with 1-2 s of spread:
+    the speed-up's interval lies above 1 (and grpo's against pods below 1). By optimizer
+    steps the two are alike, so that ratio's interval holds 1."""
+    write_spec(tmp_path, ["grpo", "pods"], ["grpo", "pods"])
+    # (time, accuracy, step): grpo takes 2 s a step, pods 1 s
+    write_seeds(tmp_path, "grpo", [[(0, .5, 0), (40 + 2 * i, .8, 20 + i), (60, .8, 30)]
+                                   for i in range(3)])
+    write_seeds(tmp_path, "pods", [[(0, .5, 0), (20 + i, .8, 20 + i), (60, .8, 60)]
+                                   for i in range(3)])
+    rows = {r["variant"]: r for r in summarize(tmp_path)}
+    p, g = rows["pods"], rows["grpo"]
+    # grpo's mean is .8 once all three seeds are (44 s, step 22); pods' at 22 s, step 22
+    assert (g["time_to_peak"], p["time_to_baseline_peak"]) == (44, 22)
+    assert p["speedup"] == 2.0 and p["steps_ratio"] == 1.0
+    # a resample's time is its slowest seed: grpo 40, 42 or 44 s, pods 20, 21 or 22 s, so
+    # a speed-up lies in [40/22, 44/20]; each end has probability (1/27)(19/27) = 2.6%
+    low, high = p["speedup_ci95"]
+    assert 40 / 22 <= low < 2.0 < high <= 44 / 20 and p["verdict"] == "faster"
+    low, high = p["steps_ratio_ci95"]  # steps: 20, 21 or 22 on both sides
+    assert 20 / 22 <= low < 1.0 < high <= 22 / 20
+    assert p["steps_verdict"] == "not distinguishable"
+    back = g["vs"]["pods"]  # grpo against pods: 22 s / 44 s
+    assert back["speedup"] == 0.5 and back["verdict"] == "slower"
+    assert 20 / 44 <= back["speedup_ci95"][0] < 0.5 < back["speedup_ci95"][1] <= 22 / 40
+    # every run ends at .8: all pairs tie, in every resample
+    assert p["p_better_at_end"] == 0.5 and p["p_better_at_end_ci95"] == [0.5, 0.5]
+    assert (p["seeds"], p["seeds_baseline"]) == (3, 3)
+    table = (tmp_path / "summary.md").read_text()
+    assert f"| 22.0 | 2.00x [{p['speedup_ci95'][0]:.2f}, {p['speedup_ci95'][1]:.2f}] faster |" \
+        in table
+    assert "| 44.0 | 0.50x [" in table and "] slower |" in table
+    assert "| 22 | 1.00x [" in table and "] not distinguishable | 0.50 [0.50, 0.50] |" in table
+    # the same folder gives the same summary: the generator is seeded
+    assert summarize(tmp_path) == list(rows.values())
+
+
+def test_overlapping_seeds_are_not_distinguishable(tmp_path):
+    """grpo's seeds reach .8 at 10, 20, 30 s, pods' at 12, 18, 28 s: pods' point estimate
+    is a little ahead (30/28) but resampling the seeds puts it on either side of 1."""
+    write_spec(tmp_path, "grpo", ["grpo", "pods"])
+    # every run ends lower (the mean's peak stays .8, reached when all picked seeds are)
+    write_seeds(tmp_path, "grpo", [[(0, .5), (t, .8), (40, end)]
+                                   for t, end in ((10, .5), (20, .7), (30, .75))])
+    write_seeds(tmp_path, "pods", [[(0, .5), (t, .8), (40, end)]
+                                   for t, end in ((12, .6), (18, .7), (28, .75))])
+    p = {r["variant"]: r for r in summarize(tmp_path)}["pods"]
+    assert p["speedup"] == pytest.approx(30 / 28)
+    # a resample's time is its slowest seed. P(grpo's <= 20 s) = 8/27 and P(pods' = 28 s)
+    # = 19/27: 21% of resamples give 20/28 or less; as many give 30/18 or more
+    low, high = p["speedup_ci95"]
+    assert 10 / 28 <= low <= 20 / 28 and 30 / 18 <= high <= 30 / 12
+    assert p["verdict"] == "not distinguishable"
+    # ends: pods .6, .7, .75 against grpo .5, .7, .75. .6 beats .5 (1); .7 beats .5, ties
+    # .7 (1.5); .75 beats .5 and .7, ties .75 (2.5): 5 of 9 pairs
+    assert p["p_better_at_end"] == pytest.approx(5 / 9)
+    low, high = p["p_better_at_end_ci95"]
+    assert 0 <= low < 0.5 < 5 / 9 < high <= 1  # not a clear win either
+    assert f"| {5 / 9:.2f} [{low:.2f}, {high:.2f}] |" in (tmp_path / "summary.md").read_text()
+
+
+def test_never_reaching_the_peak_still_has_an_interval(tmp_path):
+    """pods never reaches grpo's mean peak, but only because of grpo's lucky seed: a
+    resample counts "never" as speed-up 0, and the resamples without the lucky seed tie."""
+    write_spec(tmp_path, "grpo", ["grpo", "pods"])
+    write_seeds(tmp_path, "grpo", [[(0, .5), (10, .8), (20, .8)], [(0, .5), (10, .6), (20, .6)]])
+    write_seeds(tmp_path, "pods", [[(0, .5), (10, .6), (20, .65)]] * 2)
+    p = {r["variant"]: r for r in summarize(tmp_path)}["pods"]
+    # grpo resampled: {s0, s0} peaks .8, mixed .7: pods (.65 at most) never gets there, 0;
+    # {s1, s1} (probability 1/4) peaks .6 at 10 s, which pods reaches at 10 s: 1
+    assert p["time_to_baseline_peak"] is None and p["speedup"] is None
+    assert p["speedup_ci95"] == [0.0, 1.0] and p["verdict"] == "not distinguishable"
+    assert "| never | never [0.00, 1.00] not distinguishable |" in \
+        (tmp_path / "summary.md").read_text()
+
+
+def test_summary_json_names(tmp_path):
+    """The names a reader looks up in summary.json, top level (the first baseline) and per
+    baseline under ``vs``."""
+    summarize(make_comparison(tmp_path))
+    row = json.loads((tmp_path / "summary.json").read_text())[1]
+    per_baseline = {"time_to_peak", "speedup", "speedup_ci95", "verdict", "steps_to_peak",
+                    "steps_ratio", "steps_ratio_ci95", "steps_verdict", "p_better_at_end",
+                    "p_better_at_end_ci95", "seeds_variant", "seeds_baseline"}
+    assert set(row["vs"]["grpo"]) == per_baseline
+    top = per_baseline - {"time_to_peak", "steps_to_peak", "seeds_variant"}
+    assert top | {"time_to_baseline_peak", "steps_to_baseline_peak", "seeds"} <= set(row)
+    assert row["variant"] == "pods" and row["speedup_ci95"] == row["vs"]["grpo"]["speedup_ci95"]
