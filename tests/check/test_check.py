@@ -113,3 +113,15 @@ def test_a_failing_mode_exits_1_with_the_reason(cached_tiny, tmp_path, monkeypat
 def test_only_names_known_modes(tmp_path, capsys):
     assert main([*TINY, "--only", "hf-ful", "--out", str(tmp_path / "c")]) == 2
     assert "unknown mode(s) hf-ful" in capsys.readouterr().err
+
+
+def test_the_default_hub_model_offline_fails_with_the_loading_reason(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache: nothing to load
+    out = tmp_path / "check"
+    assert main(["check", "--only", "hf-full", "--steps", "1", "--out", str(out)]) == 1
+    report = json.loads((out / "check.json").read_text())
+    assert report["settings"]["task"] == "gsm8k" and report["settings"]["max_new_tokens"] == 256
+    (row,) = report["modes"]
+    assert row["status"] == "failed"
+    assert "could not load the model 'Qwen/Qwen2.5-0.5B-Instruct'" in row["reason"]
