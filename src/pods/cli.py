@@ -1,4 +1,4 @@
-"""The `pods` command: train, eval, export, compare, plot.
+"""The `pods` command: train, eval, export, compare, plot, env, check.
 
     pods train                                   the embedded default (tiny model, arithmetic)
     pods train --config x.yaml --n 64 --m 16     a YAML file, then flags, fill TrainConfig
@@ -7,6 +7,8 @@
     pods export runs/RUN out/model               standalone model folder (LoRA merged)
     pods compare configs/compare_embedded.yaml --out runs/compare
     pods plot runs/compare                       redraw figures and the table from saved runs
+    pods env                                     versions, devices, sandbox (for bug reports)
+    pods check --out check/                      a few steps in every mode this machine runs
     torchrun --nproc_per_node 4 -m pods -- train the same run, data-parallel on 4 processes
 """
 
@@ -17,6 +19,7 @@ import json
 import sys
 from pathlib import Path
 
+from pods.check.run import add_parser as add_check_parser
 from pods.config import add_config_flags, config_from_args, flag_overrides
 from pods.rollout import ENGINES
 from pods.train.checkpoint import CheckpointWriteError
@@ -102,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plot", help="redraw figures (and a comparison's table) from saved runs")
     p.add_argument("path", help="a run folder or a comparison folder")
     p.set_defaults(func=_plot)
+
+    p = sub.add_parser("env", help="versions, devices and sandbox modes, to paste into a "
+                       "bug report")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_env)
+    add_check_parser(sub)
     return parser
 
 
@@ -157,6 +166,14 @@ def _plot(args: argparse.Namespace) -> int:
     else:
         raise ValueError(f"{path} is neither a run folder (metrics.jsonl) nor a comparison "
                          f"folder (compare.yaml).")
+    return 0
+
+
+def _env(args: argparse.Namespace) -> int:
+    from pods.check.env import collect, render
+
+    info = collect()
+    print(json.dumps(info, indent=1) if args.json else render(info))
     return 0
 
 

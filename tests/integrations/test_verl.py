@@ -114,19 +114,22 @@ def transfer_queue():
 
 
 def produce(tq, partition: str, groups: dict[str, list[float]],
-            lengths: dict[str, list[int]] | None = None) -> None:
+            lengths: dict[str, list[int]] | None = None, drop: tuple[str, ...] = ()) -> None:
     """Trajectories with their rewards, then each prompt marked finished (as the agent loop
     does): key ``{uid}_{session}_0``, reward on the last token of ``rm_scores``, a
-    ``response_mask`` of ``lengths[uid][session]`` ones (default 3) of 4."""
+    ``response_mask`` of ``lengths[uid][session]`` ones (default 3) of 4; the fields named in
+    ``drop`` left out (no rm_scores: as when a colocated reward model scores after sampling)."""
     for uid, rewards in groups.items():
         for session, reward in enumerate(rewards):
             rm_scores = torch.zeros(3)
             rm_scores[-1] = reward
             length = (lengths or {}).get(uid, [3] * len(rewards))[session]
             mask = (torch.arange(4) < length).long()
-            tq.kv_put(key=f"{uid}_{session}_0", partition_id=partition,
-                      fields={"input_ids": torch.tensor([1, 2, 3]), "rm_scores": rm_scores,
-                              "response_mask": mask},
+            fields = {"input_ids": torch.tensor([1, 2, 3]), "rm_scores": rm_scores,
+                      "response_mask": mask}
+            for name in drop:
+                del fields[name]
+            tq.kv_put(key=f"{uid}_{session}_0", partition_id=partition, fields=fields,
                       tag={"is_prompt": False, "seq_len": 3, "global_steps": 0})
         tq.kv_put(key=uid, partition_id=partition,
                   tag={"is_prompt": True, "status": "finished", "global_steps": 0})
@@ -159,6 +162,32 @@ def test_replay_buffer_keeps_m_per_group_and_clears_the_rest(transfer_queue):
     dropped = {f"{u}_{s}_0" for u in groups for s in range(6)} - set(meta.keys)
     assert set(meta.keys) <= stored  # the kept ones are listed,
     assert len(dropped) == 4 and not dropped & stored  # the dropped ones are cleared
+
+
+def test_trajectories_without_rewards_say_how_to_configure_verl(transfer_queue):
+    """A colocated reward model (reward.reward_model.enable=True without its own resource
+    pool) scores only after the buffer has sampled: the buffer finds no rm_scores and says
+    which setting stores them with each trajectory, instead of tensordict's KeyError."""
+    tq, partition = transfer_queue, f"train-{uuid.uuid4().hex}"
+    uid = uuid.uuid4().hex
+    produce(tq, partition, {uid: [0.0, 1.0, 0.0, 1.0]}, drop=("rm_scores",))
+    with pytest.raises(ValueError) as error:
+        buffer(pods_m=2).sample(global_steps=0, partition_id=partition, batch_size=1)
+    message = str(error.value)
+    assert f"partition {partition!r}" in message and "without 'rm_scores'" in message
+    assert "reward.reward_model.enable_resource_pool=True" in message
+    assert "reward.reward_model.enable=False" in message
+    stored = set(tq.kv_list(partition_id=partition).get(partition, {}))
+    assert {f"{uid}_{s}_0" for s in range(4)} <= stored  # nothing was dropped
+
+
+def test_a_length_rule_without_response_masks_says_so(transfer_queue):
+    tq, partition = transfer_queue, f"train-{uuid.uuid4().hex}"
+    produce(tq, partition, {uuid.uuid4().hex: [1.0, 0.0, 1.0, 0.0]}, drop=("response_mask",))
+    with pytest.raises(ValueError, match="pods_rule 'shortest' reads each trajectory's "
+                                         "response_mask"):
+        buffer(pods_m=2, pods_rule="shortest").sample(global_steps=0, partition_id=partition,
+                                                       batch_size=1)
 
 
 def test_replay_buffer_needs_m_and_a_known_rule():

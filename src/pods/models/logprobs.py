@@ -15,7 +15,11 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
 
     Memory: logits are computed only for the completion positions (``logits_to_keep``), and
     the float32 log-softmax is taken a few sequences at a time (at most ``LOGSOFTMAX_CHUNK``
-    floats), so the [B, Lc, V] float32 tensor of a large vocabulary never exists at once."""
+    floats), so the [B, Lc, V] float32 tensor of a large vocabulary never exists at once.
+
+    Precision: the result is float32 whatever the weights' dtype. bf16 logits are upcast
+    before the log-softmax: a bf16 log-softmax rounds each log-prob by up to ~4e-3 relative,
+    which would bias the ratio, the KL term and ``rollout/logprob_gap`` (tests/train/test_bf16)."""
     ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, Lp+Lc]
     attention = torch.cat([prompt_mask, completion_mask], dim=1)  # [B, Lp+Lc]
     positions = (attention.cumsum(1) - 1).clamp(min=0)  # as generate() numbers them

@@ -66,6 +66,7 @@ class PODSReplayBuffer(_replay_buffer_base()):
         fields = ["rm_scores"] + (["response_mask"] if self.needs_lengths else [])
         data = tq.kv_batch_get(keys=list(meta.keys), partition_id=partition_id,
                                select_fields=fields)
+        _check_fields(data, fields, meta, partition_id, self.pods_rule)
         scores = torch.stack([torch.as_tensor(v).float().sum() for v in data["rm_scores"]])
         lengths = torch.stack([torch.as_tensor(v).sum() for v in data["response_mask"]]) \
             if self.needs_lengths else None  # [rows] response tokens, for the length rules
@@ -82,3 +83,29 @@ class PODSReplayBuffer(_replay_buffer_base()):
                                 partition_id=meta.partition_id, fields=meta.fields,
                                 extra_info=meta.extra_info)
         return kept_meta, {**metrics, **stats}
+
+
+NO_REWARDS = (
+    "PODSReplayBuffer selects each group's rollouts by their rewards, but the trajectories "
+    "in partition {partition!r} were stored without 'rm_scores'{stored}. "
+    "verl stores the reward with each trajectory only when it is computed while the "
+    "rollouts are generated: a rule-based reward (reward.reward_model.enable=False, your "
+    "own through reward.custom_reward_function.path) or a reward model on its own GPUs "
+    "(reward.reward_model.enable_resource_pool=True). A colocated reward model "
+    "(reward.reward_model.enable=True, enable_resource_pool=False) scores only after the "
+    "replay buffer has sampled, too late to down-sample; set one of the two above.")
+
+
+def _check_fields(data, fields: list[str], meta, partition: str, rule: str) -> None:
+    """Refuse a sample whose trajectories lack a field the selection reads (TransferQueue
+    then returns a TensorDict without it, and indexing it raises a bare KeyError)."""
+    missing = [name for name in fields if name not in data.keys()]
+    if not missing:
+        return
+    stored = f" (stored fields: {', '.join(map(str, meta.fields))})" if meta.fields else ""
+    if "rm_scores" in missing:
+        raise ValueError(NO_REWARDS.format(partition=partition, stored=stored))
+    raise ValueError(f"pods_rule {rule!r} reads each trajectory's response_mask, but the "
+                     f"trajectories in partition {partition!r} were stored without it"
+                     f"{stored}; use a rule that does not read lengths, "
+                     f"such as max_variance.")

@@ -1,0 +1,9 @@
+"""What this machine is and what pods can do on it: the commands to run first.
+
+    pods env            versions, devices and sandbox modes, for a bug report (pods.check.env)
+    pods check          a few training steps in every mode this machine can run, with phase
+                        times, peak memory and the PODS : GRPO step-time ratio
+                        (pods.check.modes plans them, pods.check.run runs them)
+
+Nothing here is imported by ``import pods``; each command imports what it probes.
+"""

@@ -1,0 +1,127 @@
+"""`pods check`: the plan per machine, a real check of the embedded model on this CPU, and a
+mode that fails."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import pods.check.run as check_run
+from pods.check.modes import Machine, Mode, fsdp2_support, plan
+from pods.cli import main
+
+TINY = ["check", "--model", "tiny", "--steps", "2", "--n", "4", "--m", "2",
+        "--prompts-per-step", "2", "--eval-size", "4", "--max-new-tokens", "4"]
+
+
+def _by_name(modes):
+    return {mode.name: mode for mode in modes}
+
+
+def test_plan_on_a_cpu_skips_gpu_modes_with_the_reason():
+    modes = _by_name(plan(Machine(device="cpu", gpus=0, vllm=False, fsdp2=None), n=64, m=16))
+    assert [name for name, mode in modes.items() if not mode.skip] == \
+        ["hf-full", "hf-lora", "grpo-16/16"]
+    assert "vLLM is not installed" in modes["vllm-full"].skip
+    assert modes["ddp"].skip == modes["fsdp2"].skip == "needs 2+ GPUs"
+    assert modes["grpo-16/16"].overrides == {"engine": "hf", "n": 16, "m": 16}
+
+
+def test_plan_on_four_gpus_with_vllm_runs_everything():
+    machine = Machine(device="cuda", gpus=4, vllm=True, fsdp2=None)
+    modes = _by_name(plan(machine, n=64, m=16))
+    assert not any(mode.skip for mode in modes.values())
+    assert modes["ddp"].procs == modes["fsdp2"].procs == 4
+    assert modes["fsdp2"].overrides["parallelism"] == "fsdp2"
+    assert modes["grpo-16/16"].overrides["engine"] == "vllm"  # the reference engine
+    no_fsdp2 = _by_name(plan(Machine("cuda", 4, True, "this pods has no FSDP2 support"), 64, 16))
+    assert no_fsdp2["fsdp2"].skip == "this pods has no FSDP2 support"
+    assert "grpo-16/16" not in _by_name(plan(machine, n=16, m=16))  # GRPO is the run itself
+
+
+def test_fsdp2_support_follows_the_config(monkeypatch):
+    import pods.config
+
+    def reject(values):
+        raise ValueError("unknown config field(s) parallelism")
+
+    monkeypatch.setattr(pods.config, "from_dict", reject)
+    assert fsdp2_support() == "this pods has no FSDP2 support"
+    monkeypatch.setattr(pods.config, "from_dict", lambda values: values)
+    assert fsdp2_support() is None
+
+
+@pytest.fixture
+def cached_tiny(monkeypatch):
+    """The embedded model's cache filled with an untrained model of the same recipe, so
+    that `--model tiny` skips the minute of warm-up (the runs need not learn)."""
+    from pods.models.tiny import TinyRecipe, build_model, build_tokenizer, cache_dir
+    from pods.tasks.arithmetic import Arithmetic
+
+    recipe = TinyRecipe(alphabet=Arithmetic.alphabet, task="arithmetic")
+    path = cache_dir() / f"tiny-qwen2-{recipe.task}-{recipe.key()}"
+    if not (path / "config.json").is_file():
+        tokenizer = build_tokenizer(recipe.alphabet)
+        build_model(recipe, tokenizer).save_pretrained(path)
+        tokenizer.save_pretrained(path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    return path
+
+
+def test_check_tiny_on_cpu(cached_tiny, tmp_path, capsys):
+    out = tmp_path / "check"
+    assert main([*TINY, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((out / "check.json").read_text())
+    rows = {row["mode"]: row for row in report["modes"]}
+    assert [name for name, row in rows.items() if row["status"] == "passed"] == \
+        ["hf-full", "hf-lora", "grpo-2/2"]
+    assert all(row["status"] == "skipped" for name, row in rows.items()
+               if name not in ("hf-full", "hf-lora", "grpo-2/2"))
+    assert rows["ddp"]["reason"] == "needs 2+ GPUs"
+    for name in ("hf-full", "hf-lora", "grpo-2/2"):
+        row = rows[name]
+        assert row["steps"] == 2 and row["dtype"] == "float32"  # auto on a CPU
+        assert row["step_s"] > 0 and row["phases_s"]["generate"] > 0
+        assert row["memory_mb"]["peak_rss_mb"] > 0 and row["eval_accuracy"] is not None
+        assert (out / "runs" / name.replace("/", "_") / "checkpoints" / "latest").is_file()
+    ratio = report["ratio"]
+    assert ratio["pods"] == "4/2" and ratio["mode"] == "hf-full"
+    assert ratio["value"] == pytest.approx(rows["hf-full"]["step_s"] / rows["grpo-2/2"]["step_s"])
+    table = (out / "check.md").read_text()
+    assert "| hf-lora | passed | float32 |" in table
+    assert "| ddp | skipped |" in table and "step-time ratio PODS 4/2 : GRPO 2/2 = " in table
+    assert table in printed
+    assert main([*TINY, "--out", str(out)]) == 2  # an existing check is not overwritten
+
+
+def test_a_failing_mode_exits_1_with_the_reason(cached_tiny, tmp_path, monkeypatch, capsys):
+    broken = Mode("hf-broken", {"engine": "hf", "lora_rank": 4,
+                                "lora_target_modules": "no_such_proj"})
+    skipped = Mode("ddp", skip="needs 2+ GPUs")
+    monkeypatch.setattr(check_run, "plan", lambda machine, n, m: [broken, skipped])
+    out = tmp_path / "check"
+    assert main([*TINY, "--out", str(out)]) == 1
+    row = json.loads((out / "check.json").read_text())["modes"][0]
+    assert row["status"] == "failed"
+    assert "Target modules {'no_such_proj'} not found" in row["reason"]  # peft's words
+    assert "no_such_proj" in Path(row["log"]).read_text()  # the traceback, kept
+    assert "| hf-broken | failed |" in capsys.readouterr().out
+
+
+def test_only_names_known_modes(tmp_path, capsys):
+    assert main([*TINY, "--only", "hf-ful", "--out", str(tmp_path / "c")]) == 2
+    assert "unknown mode(s) hf-ful" in capsys.readouterr().err
+
+
+def test_the_default_hub_model_offline_fails_with_the_loading_reason(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache: nothing to load
+    out = tmp_path / "check"
+    assert main(["check", "--only", "hf-full", "--steps", "1", "--out", str(out)]) == 1
+    report = json.loads((out / "check.json").read_text())
+    assert report["settings"]["task"] == "gsm8k" and report["settings"]["max_new_tokens"] == 256
+    (row,) = report["modes"]
+    assert row["status"] == "failed"
+    assert "could not load the model 'Qwen/Qwen2.5-0.5B-Instruct'" in row["reason"]
