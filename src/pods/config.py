@@ -26,6 +26,7 @@ from pods.models.policy import DTYPES
 from pods.rollout import ENGINES
 from pods.tasks.scoring import POLICIES
 from pods.tracking import TRACKERS, unknown_trackers
+from pods.train.distributed import PARALLELISMS
 from pods.train.selection import SCOPES
 
 
@@ -143,6 +144,14 @@ class TrainConfig:
                                    "group, a dash and the run folder's name.")
     dist_timeout: float = _f(1800.0, "Distributed runs: seconds a rank waits for the others "
                              "in a collective before the run stops with an error.")
+    parallelism: str = _f("ddp", "Distributed runs: ddp (every rank holds the whole model and "
+                          "optimizer; gradients are averaged) or fsdp2 (torch's fully_shard "
+                          "per decoder layer: parameters, gradients and optimizer state split "
+                          "over the ranks and gathered layer by layer for every forward pass, "
+                          "generation included; for models that do not fit on one device; "
+                          "bf16 computes in bf16 over float32 shards). Checkpoints hold the "
+                          "full model either way; an fsdp2 run resumes on as many processes. "
+                          "One process has nothing to shard and trains the same either way.")
 
     def __post_init__(self) -> None:
         if isinstance(self.report_to, list | tuple):  # YAML and Python may give a list
@@ -248,6 +257,11 @@ def _problems(c: TrainConfig):
               f"of {', '.join(TRACKERS)}."
     if c.engine not in ENGINES:
         yield f"unknown engine {c.engine!r}; use one of {', '.join(ENGINES)}."
+    if c.parallelism not in PARALLELISMS:
+        yield f"unknown parallelism {c.parallelism!r}; use one of {', '.join(PARALLELISMS)}."
+    if c.parallelism == "fsdp2" and c.engine == "vllm":
+        yield "the vllm engine does not run under fsdp2 (each rank's vLLM would need the " \
+              "whole model); use --engine hf (or auto), or --parallelism ddp."
     if not 0 < c.vllm_gpu_memory_utilization <= 1:
         yield f"vllm_gpu_memory_utilization={c.vllm_gpu_memory_utilization} must be in " \
               f"(0, 1]: the fraction of GPU memory vLLM may take."

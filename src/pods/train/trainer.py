@@ -55,7 +55,8 @@ class Trainer:
             raise ValueError(f"prompts_per_step={config.prompts_per_step} does not split over "
                              f"{world} processes (each rank takes whole groups of n); use a "
                              f"multiple of {world}.")
-        self.dist = Dist(config.device, timeout_s=config.dist_timeout)
+        self.dist = Dist(config.device, timeout_s=config.dist_timeout,
+                         parallelism=config.parallelism)
         self.cfg, self.run_dir = config, run_dir
         self.log = log if self.dist.is_main else _silent
         self.device = self.dist.device
@@ -316,8 +317,8 @@ class Trainer:
         else:
             self._load_weights(checkpoint)
             if state["optimizer"] is None:
-                raise ValueError(f"{checkpoint} was written under FSDP; resume it "
-                                 f"with the same accelerate config.")
+                raise ValueError(f"{checkpoint} was written under FSDP2; resume it with "
+                                 f"as many processes as it ran on (its shards in engine/).")
             self.optimizer.load_state_dict(state["optimizer"])
         self.step_count, self.clock.seconds = state["step"], state["clock"]
         self.records, self.checkpointed_step = state.get("metrics_records"), self.step_count
