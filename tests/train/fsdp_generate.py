@@ -6,7 +6,8 @@ completions stop after one token; rank 1 keeps the model's own, which the untrai
 does not produce, so its completions run to the limit. Without ``synced_gpus`` rank 0
 would leave ``generate`` after one forward pass while rank 1 waits in the next one for
 rank 0's weight shards. Each rank checks its rollouts against the same generation on the
-unsharded model and writes what it found to OUT/rank_R.json.
+unsharded model and writes what it found to OUT/rank_R.json. The model is bf16, so the
+shards are float32 master weights gathered in bf16 (pods.train.fsdp.shard).
 
     torchrun --nproc_per_node 2 fsdp_generate.py MODEL_DIR synced|unsynced OUT
 """
@@ -30,7 +31,7 @@ def main() -> None:
     model_dir, mode, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     dist = Dist("cpu", timeout_s=20, parallelism="fsdp2")
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
     keys = sample_keys(0, torch.arange(len(PROMPTS)))
 
     def rollouts(engine: HFEngine):
@@ -47,6 +48,7 @@ def main() -> None:
     width = expected.completion_ids.shape[1]  # synced: finished rows are padded further
     (out / f"rank_{dist.rank}.json").write_text(json.dumps({
         "sharded": all(isinstance(p, DTensor) for p in model.parameters()),
+        "shard_dtypes": sorted({str(p.dtype) for p in model.parameters()}),
         "same_as_unsharded": torch.equal(got.completion_ids[:, :width],
                                          expected.completion_ids) and
         torch.equal(got.completion_mask.sum(1), expected.completion_mask.sum(1)),

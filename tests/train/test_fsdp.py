@@ -101,6 +101,7 @@ def test_generation_with_unequal_lengths_does_not_hang(tiny_model_dir, tmp_path,
     for rank in range(2):
         found = json.loads((tmp_path / f"rank_{rank}.json").read_text())
         assert found["sharded"] and found["same_as_unsharded"]
+        assert found["shard_dtypes"] == ["torch.float32"]  # bf16 compute, float32 master
         assert found["lengths"] == [1.0] * 4 + [6.0] * 4
 
 
@@ -120,3 +121,20 @@ def test_shards_of_another_world_size_are_refused(tmp_path):
         fsdp.load(None, None, engine, world=2)
     with pytest.raises(ValueError, match="not written under FSDP2"):
         fsdp.load(None, None, tmp_path, world=2)
+
+
+@pytest.mark.parametrize("plugin, message", [
+    (dict(fsdp_version=2), None),
+    (dict(fsdp_version=1), "set fsdp_version: 2"),
+    (dict(fsdp_version=2, cpu_offload=True), "fsdp_offload_params: false"),
+    (dict(fsdp_version=2, activation_checkpointing=True), "use pods's --gradient-checkpoint"),
+])
+def test_accelerate_fsdp_settings_pods_does_not_honour_are_refused(plugin, message):
+    from accelerate import FullyShardedDataParallelPlugin
+
+    plugin = FullyShardedDataParallelPlugin(**plugin)
+    if message is None:
+        fsdp.check_accelerate_plugin(plugin)
+        return
+    with pytest.raises(ValueError, match=message):
+        fsdp.check_accelerate_plugin(plugin)

@@ -47,7 +47,7 @@ class Dist:
                  world: int | None = None, parallelism: str = "ddp"):
         self.world = launched_world_size() if world is None else world
         self.accelerator, self.fsdp2 = None, False
-        self.model = self.optimizer = self.dtype = None  # under FSDP2: the sharded ones
+        self.model = self.optimizer = None  # under FSDP2: the sharded ones
         if self.world == 1:
             self.rank, self.device = 0, resolve_device(device)
             return
@@ -67,12 +67,9 @@ class Dist:
                              "accumulation and loss scaling, which pods's update does itself. "
                              "For models that do not fit on one device use FSDP2 "
                              "(configs/accelerate/fsdp2.yaml).")
-        plugin = getattr(self.accelerator.state, "fsdp_plugin", None)
         accelerate_fsdp = "FSDP" in str(self.accelerator.distributed_type)
-        if accelerate_fsdp and getattr(plugin, "fsdp_version", 1) != 2:
-            raise ValueError("FSDP version 1 is not supported (generation needs the "
-                             "unflattened parameters): set fsdp_version: 2 in the accelerate "
-                             "config, as in configs/accelerate/fsdp2.yaml.")
+        if accelerate_fsdp:  # accelerate's FSDP config: the same sharding as fsdp2
+            fsdp.check_accelerate_plugin(self.accelerator.state.fsdp_plugin)
         self.fsdp2 = parallelism == "fsdp2" or accelerate_fsdp
 
     @property
@@ -101,7 +98,6 @@ class Dist:
     def prepare(self, model, optimizer):
         """The model and optimizer to train: DDP-wrapped, or sharded in place (FSDP2)."""
         if self.fsdp2:
-            self.dtype = next(model.parameters()).dtype  # the checkpoints' weights dtype
             fsdp.shard(model, optimizer, self.device, self.world)
             self.model, self.optimizer = model, optimizer
             return model, optimizer
@@ -136,7 +132,7 @@ class Dist:
     def full_state_dict(self, model):
         """The whole model's weights on rank 0 (a collective under FSDP2), or
         None where ``save_pretrained`` can read them from the module itself."""
-        return fsdp.full_state_dict(model, self.dtype) if self.fsdp2 else None
+        return fsdp.full_state_dict(model) if self.fsdp2 else None
 
     def save_engine_state(self, path) -> None:
         """FSDP2 only: every rank writes its weight and optimizer shards."""

@@ -25,6 +25,21 @@ from torch import Tensor
 LAYOUT = "layout.json"  # in a checkpoint's engine/ folder: how many ranks wrote it
 
 
+def check_accelerate_plugin(plugin) -> None:
+    """accelerate's FSDP config (configs/accelerate/fsdp2.yaml) maps onto ``shard``; refuse
+    the settings it would not honour rather than ignore them."""
+    if getattr(plugin, "fsdp_version", 1) != 2:
+        raise ValueError("FSDP version 1 is not supported (generation needs the "
+                         "unflattened parameters): set fsdp_version: 2 in the accelerate "
+                         "config, as in configs/accelerate/fsdp2.yaml.")
+    if type(plugin.cpu_offload).__name__ == "CPUOffloadPolicy":
+        raise ValueError("pods's FSDP2 does not offload parameters to the CPU: set "
+                         "fsdp_offload_params: false in the accelerate config.")
+    if plugin.activation_checkpointing:
+        raise ValueError("set fsdp_activation_checkpointing: false in the accelerate config "
+                         "and use pods's --gradient-checkpointing instead.")
+
+
 def decoder_layers(model) -> list[torch.nn.Module]:
     """The model's repeated blocks (the classes transformers will not split across devices,
     ``_no_split_modules``), found through a LoRA wrapper too."""
@@ -86,15 +101,14 @@ def clip_grad_norm(model, max_norm: float) -> Tensor:
     return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
 
-def full_state_dict(model, dtype: torch.dtype | None) -> dict[str, Tensor]:
-    """The whole model's weights on rank 0's CPU ({} on the others; a collective), in
-    ``dtype`` (the run's weights dtype: bf16 runs keep float32 shards, see ``shard``)."""
+def full_state_dict(model) -> dict[str, Tensor]:
+    """The whole model's weights on rank 0's CPU ({} on the others; a collective), as the
+    shards hold them: a bf16 run's checkpoint keeps its float32 master weights (its
+    config.json says float32; pods loads them in the run's --dtype)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    weights = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
-                                                                    cpu_offload=True))
-    return {k: v.to(dtype) if dtype is not None and v.is_floating_point() else v
-            for k, v in weights.items()}
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
+                                                                cpu_offload=True))
 
 
 def save(model, optimizer, path: Path, world: int, rank: int) -> None:
