@@ -59,6 +59,7 @@ def _choices(c: TrainConfig) -> Iterator[str]:
     from pods.tasks import TASKS
     from pods.tasks.scoring import POLICIES
     from pods.tracking import TRACKERS, unknown_trackers
+    from pods.train.distributed import PARALLELISMS
     from pods.train.selection import SCOPES
 
     yield from _one_of("rule", c.selection.rule, RULES)
@@ -72,6 +73,10 @@ def _choices(c: TrainConfig) -> Iterator[str]:
     if c.task.reward_errors not in POLICIES:
         yield f"unknown reward_errors {c.task.reward_errors!r}; use {' or '.join(POLICIES)}."
     yield from _one_of("engine", c.rollout.engine, ENGINES)
+    yield from _one_of("parallelism", c.run.parallelism, PARALLELISMS)
+    if c.run.parallelism == "fsdp2" and c.rollout.engine == "vllm":
+        yield "the vllm engine does not run under fsdp2 (each rank's vLLM would need the " \
+              "whole model); use --engine hf (or auto), or --parallelism ddp."
     yield from _one_of("dtype", c.model.dtype, DTYPES)
     if c.task.code.reward not in ("fraction", "all"):
         yield f"unknown code_reward {c.task.code.reward!r}; use fraction or all."

@@ -183,6 +183,14 @@ class RunConfig:
     progress: bool = _f(True, "Show a progress bar.")
     dist_timeout: float = _f(1800.0, "Distributed runs: seconds a rank waits for the others "
                              "in a collective before the run stops with an error.")
+    parallelism: str = _f("ddp", "Distributed runs: ddp (every rank holds the whole model and "
+                          "optimizer; gradients are averaged) or fsdp2 (torch's fully_shard "
+                          "per decoder layer: parameters, gradients and optimizer state split "
+                          "over the ranks and gathered layer by layer for every forward pass, "
+                          "generation included; for models that do not fit on one device; "
+                          "bf16 computes in bf16 over float32 shards). Checkpoints hold the "
+                          "full model either way; an fsdp2 run resumes on as many processes. "
+                          "One process has nothing to shard and trains the same either way.")
 
 
 @dataclass(frozen=True)

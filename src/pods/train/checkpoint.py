@@ -5,8 +5,8 @@ Layout of a run folder:
     metrics.jsonl                see pods.train.metrics
     checkpoints/step_000120/     model/ (save_pretrained: weights, config, tokenizer) and
                                  state.pt (optimizer, RNG states, clock, counters); under
-                                 FSDP also engine/ (accelerate's save_state: the sharded
-                                 optimizer), and state.pt holds no optimizer
+                                 FSDP2 also engine/ (every rank's weight and optimizer
+                                 shards, pods.train.fsdp), and state.pt holds no optimizer
     checkpoints/latest           name of the newest complete checkpoint
 
 A checkpoint is written under a temporary name and renamed when complete, and ``latest`` is

@@ -1,5 +1,6 @@
-"""Data parallelism on an existing engine: accelerate (DDP, or FSDP2 for models that do not
-fit on one device) under ``torchrun`` or ``accelerate launch``. One process needs none of it.
+"""Data parallelism under ``torchrun`` or ``accelerate launch``: DDP through accelerate, or
+FSDP2 (``--parallelism fsdp2``, or accelerate's FSDP2 config) through torch's ``fully_shard``
+(pods.train.fsdp) for models that do not fit on one device. One process needs none of it.
 
 How a step is split over W ranks (see pods.train.trainer):
     every rank draws the same P prompts (same seed) and takes its P/W of them;
@@ -23,6 +24,9 @@ from torch import Tensor
 
 from pods.models.policy import resolve_device
 from pods.rollout import Rollouts
+from pods.train import fsdp
+
+PARALLELISMS = ("ddp", "fsdp2")
 
 
 class RankFailure(RuntimeError):
@@ -36,12 +40,15 @@ def launched_world_size() -> int:
 
 class Dist:
     """This process's view of the run: rank, device, and the collectives the trainer uses.
-    With one process every collective is the identity and no engine is loaded."""
+    With one process every collective is the identity and no engine is loaded (a
+    ``parallelism`` of fsdp2 has nothing to shard there). accelerate starts the processes'
+    group either way; under FSDP2 the model is sharded by pods.train.fsdp, not accelerate."""
 
     def __init__(self, device: str = "auto", timeout_s: float = 1800.0,
-                 world: int | None = None):
+                 world: int | None = None, parallelism: str = "ddp"):
         self.world = launched_world_size() if world is None else world
-        self.accelerator = None
+        self.accelerator, self.fsdp2 = None, False
+        self.model = self.optimizer = None  # under FSDP2: the sharded ones
         if self.world == 1:
             self.rank, self.device = 0, resolve_device(device)
             return
@@ -61,11 +68,10 @@ class Dist:
                              "accumulation and loss scaling, which pods's update does itself. "
                              "For models that do not fit on one device use FSDP2 "
                              "(configs/accelerate/fsdp2.yaml).")
-        plugin = getattr(self.accelerator.state, "fsdp_plugin", None)
-        if self.sharded and getattr(plugin, "fsdp_version", 1) != 2:
-            raise ValueError("FSDP version 1 is not supported (generation needs the "
-                             "unflattened parameters): set fsdp_version: 2 in the accelerate "
-                             "config, as in configs/accelerate/fsdp2.yaml.")
+        accelerate_fsdp = "FSDP" in str(self.accelerator.distributed_type)
+        if accelerate_fsdp:  # accelerate's FSDP config: the same sharding as fsdp2
+            fsdp.check_accelerate_plugin(self.accelerator.state.fsdp_plugin)
+        self.fsdp2 = parallelism == "fsdp2" or accelerate_fsdp
 
     @property
     def is_main(self) -> bool:
@@ -75,7 +81,7 @@ class Dist:
     def sharded(self) -> bool:
         """Whether parameters and optimizer state are split over the ranks (FSDP): then
         every forward pass, generation included, is a collective that all ranks make."""
-        return "FSDP" in str(getattr(self.accelerator, "distributed_type", "NO"))
+        return self.fsdp2
 
     def shard(self, count: int) -> slice:
         """This rank's contiguous part of ``count`` items (count divisible by world)."""
@@ -91,45 +97,51 @@ class Dist:
 
     # ---- the engine ------------------------------------------------------------------
     def prepare(self, model, optimizer):
+        """The model and optimizer to train: DDP-wrapped, or sharded in place (FSDP2)."""
+        if self.fsdp2:
+            fsdp.shard(model, optimizer, self.device, self.world)
+            self.model, self.optimizer = model, optimizer
+            return model, optimizer
         if self.accelerator is None:
             return model, optimizer
         return self.accelerator.prepare(model, optimizer)
 
     def unwrap(self, model):
-        return model if self.accelerator is None else self.accelerator.unwrap_model(model)
+        if self.accelerator is None or self.fsdp2:  # fully_shard keeps the module's class
+            return model
+        return self.accelerator.unwrap_model(model)
 
     def no_sync(self, model, last: bool):
-        """Skip the gradient all-reduce on all but the last micro-batch."""
+        """Skip the gradient reduction on all but the last micro-batch."""
         if self.accelerator is None or last:
             return nullcontext()
-        return self.accelerator.no_sync(model)
+        return fsdp.no_sync(model) if self.fsdp2 else self.accelerator.no_sync(model)
 
     def backward(self, loss: Tensor) -> None:
-        if self.accelerator is None:
+        if self.accelerator is None or self.fsdp2:
             loss.backward()
         else:
             self.accelerator.backward(loss)
 
     def clip_grad_norm(self, model, max_norm: float) -> Tensor:
+        if self.fsdp2:
+            return fsdp.clip_grad_norm(model, max_norm)
         if self.accelerator is None:
             return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         return self.accelerator.clip_grad_norm_(model.parameters(), max_norm)
 
     def full_state_dict(self, model):
-        """The whole model's weights on rank 0 (a collective under FSDP), or
+        """The whole model's weights on rank 0 (a collective under FSDP2), or
         None where ``save_pretrained`` can read them from the module itself."""
-        return self.accelerator.get_state_dict(model) if self.sharded else None
+        return fsdp.full_state_dict(model) if self.fsdp2 else None
 
     def save_engine_state(self, path) -> None:
-        """FSDP only: every rank writes its optimizer (and weight) shards."""
-        if self.sharded:
-            self.accelerator.save_state(str(path))
+        """FSDP2 only: every rank writes its weight and optimizer shards."""
+        if self.fsdp2:
+            fsdp.save(self.model, self.optimizer, path, self.world, self.rank)
 
     def load_engine_state(self, path) -> None:
-        if not path.is_dir():
-            raise ValueError(f"{path.parent} was not written under FSDP (it has no "
-                             f"engine/ folder of sharded state); resume it the way it ran.")
-        self.accelerator.load_state(str(path))
+        fsdp.load(self.model, self.optimizer, path, self.world)
 
     # ---- collectives -------------------------------------------------------------------
     def gather(self, x: Tensor) -> Tensor:

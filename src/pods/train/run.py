@@ -208,8 +208,8 @@ class Run:
         else:
             self._load_weights(checkpoint)
             if state["optimizer"] is None:
-                raise ValueError(f"{checkpoint} was written under FSDP; resume it "
-                                 f"with the same accelerate config.")
+                raise ValueError(f"{checkpoint} was written under FSDP2; resume it with "
+                                 f"as many processes as it ran on (its shards in engine/).")
             t.optimizer.load_state_dict(state["optimizer"])
         t.step_count, t.clock.seconds = state["step"], state["clock"]
         self.records, self.checkpointed_step = state.get("metrics_records"), t.step_count

@@ -42,7 +42,8 @@ class Trainer:
         if P % world:
             raise ValueError(f"prompts_per_step={P} does not split over {world} processes "
                              f"(each rank takes whole groups of n); use a multiple of {world}.")
-        self.dist = Dist(config.run.device, timeout_s=config.run.dist_timeout)
+        self.dist = Dist(config.run.device, timeout_s=config.run.dist_timeout,
+                         parallelism=config.run.parallelism)
         self.cfg, self.run_dir = config, run_dir
         self.log = log if self.dist.is_main else silent
         self.device = self.dist.device
