@@ -1,7 +1,8 @@
 # Two commands for a fresh machine; each builds the virtual environments it needs.
 #   make run    the main job: `pods train`, the embedded default
-#   make test   lint + the core test suite in .venv/, then the vLLM tests in .venv-vllm/
-#               and the verl tests in .venv-verl/ (what CI runs)
+#   make test   lint, the strict docs build, the core test suite in .venv/, then the vLLM
+#               tests in .venv-vllm/ and the verl tests in .venv-verl/ (what CI runs)
+#   make docs   the documentation site (site/), built with --strict; docs-serve: serve it
 # .venv/ is made once and rebuilt when pyproject.toml changes; the pinned stacks that
 # cannot share it (vLLM's CPU build) are tox environments (tox.ini), also reused.
 
@@ -13,12 +14,12 @@ PY := $(VENV)/bin/python
 # Override: make test TORCH_SPEC='torch==2.9.1'
 TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 
-.PHONY: run test bench lint clean vllm-env verl-env
+.PHONY: run test bench lint docs docs-serve clean vllm-env verl-env
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[train,dev,trl,trackers]"
+	$(PY) -m pip install -q -e ".[train,dev,trl,trackers,docs]"
 	touch $@
 
 run: $(VENV)/.installed
@@ -30,7 +31,15 @@ bench: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(PY) -m ruff check src tests benchmarks
 
-test: lint
+# --strict: a broken link, a missing page or an API object that cannot be resolved fails.
+# PYTHONPATH=src: the configuration reference is generated from this checkout's TrainConfig.
+docs: $(VENV)/.installed
+	PYTHONPATH=src NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
+docs-serve: $(VENV)/.installed
+	PYTHONPATH=src NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
+
+test: lint docs
 	$(PY) -m pytest -q -m "not vllm and not verl"
 	$(VENV)/bin/tox -e vllm
 	$(VENV)/bin/tox -e verl
@@ -44,4 +53,4 @@ verl-env: $(VENV)/.installed
 	$(VENV)/bin/tox -e verl --notest
 
 clean:
-	rm -rf $(VENV) .venv-vllm .venv-verl .tox
+	rm -rf $(VENV) .venv-vllm .venv-verl .tox site

@@ -1,0 +1,113 @@
+"""MkDocs hook: the configuration reference, generated from `pods.config.TrainConfig`.
+
+The page `docs/configuration.md` holds the marker `<!-- config-reference -->`; at build time
+it is replaced by one table per group of fields, so the reference cannot drift from the
+dataclass that `pods train --help` is built from.
+
+Convention (it holds for today's flat config and for the nested one it is moving to): walk
+`dataclasses.fields(TrainConfig)` recursively. A field whose type is a dataclass is a
+*group*; its `metadata["help"]` describes the group, and groups may nest (`task.math`).
+Every other field is a *leaf*: `metadata["help"]` is its help, and `metadata["key"]`
+(default: the field name) its flat YAML key; the CLI flag is `--` + key with `_` -> `-`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import typing
+from typing import Any, NamedTuple
+
+MARKER = "<!-- config-reference -->"
+
+
+class Row(NamedTuple):
+    group: str  # dotted group path; "" for fields at the top level
+    key: str  # flat YAML key
+    flag: str  # CLI flag
+    type: str
+    default: str
+    help: str
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """Field types with string annotations resolved where possible (a module that uses
+    `from __future__ import annotations` stores them as text)."""
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # an unresolvable name: fall back to the text of the annotation
+        return {}
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, str):
+        return tp
+    if isinstance(tp, type) and not typing.get_args(tp):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _default(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        return repr(f.default)
+    if f.default_factory is not dataclasses.MISSING:
+        return repr(f.default_factory())
+    return "required"
+
+
+def groups(cls: type, path: str = "") -> list[tuple[str, str, list[Row]]]:
+    """[(group path, group help, its leaf rows)] in declaration order, depth first; the top
+    level comes first when it has leaves of its own."""
+    hints, leaves, nested = _hints(cls), [], []
+    for f in dataclasses.fields(cls):
+        tp = hints.get(f.name, f.type)
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            sub = f"{path}.{f.name}" if path else f.name
+            sub_groups = groups(tp, sub)
+            help_text = f.metadata.get("help", "")
+            if sub_groups and sub_groups[0][0] == sub:
+                sub_groups[0] = (sub, help_text, sub_groups[0][2])
+            else:  # a group whose fields are all in sub-groups
+                sub_groups.insert(0, (sub, help_text, []))
+            nested += sub_groups
+            continue
+        key = f.metadata.get("key", f.name)
+        leaves.append(Row(path, key, "--" + key.replace("_", "-"), _type_name(tp),
+                          _default(f), f.metadata.get("help", "")))
+    return ([(path, "", leaves)] if leaves else []) + nested
+
+
+def rows(cls: type) -> list[Row]:
+    """Every leaf field of `cls`, nested groups included."""
+    return [row for _, _, group_rows in groups(cls) for row in group_rows]
+
+
+def _cell(text: str, code: bool = False) -> str:
+    text = html.escape(text, quote=False).replace("|", "&#124;")
+    return f"<code>{text}</code>" if code else text
+
+
+def reference_markdown(cls: type) -> str:
+    """Markdown tables, one per group: key, CLI flag, type, default, help."""
+    out = []
+    for path, help_text, group_rows in groups(cls):
+        if path:
+            out += [f"### `{path}`", ""]
+            if help_text:
+                out += [_cell(help_text), ""]
+        if not group_rows:
+            continue
+        out += ["| YAML key | CLI flag | type | default | help |", "|---|---|---|---|---|"]
+        out += [f"| {_cell(r.key, True)} | {_cell(r.flag, True)} | {_cell(r.type, True)} | "
+                f"{_cell(r.default, True)} | {_cell(r.help)} |" for r in group_rows]
+        out.append("")
+    return "\n".join(out)
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    """MkDocs event: fill the marker with the generated reference."""
+    if MARKER not in markdown:
+        return markdown
+    from pods.config import TrainConfig
+
+    return markdown.replace(MARKER, reference_markdown(TrainConfig))
