@@ -16,6 +16,8 @@ Policy (what counts, what runs, how `pods train` stays cheap):
   resumed run has steps left) and, unless the command names a model or resumes, ``--model``
   with the test suite's untrained tiny Qwen2 (no warm-up). Flags override config files and
   comparison specs, so the same command, config and code path run, with a small budget.
+  ``pods check --model tiny`` gets the same untrained model (and the arithmetic task) in
+  place of the embedded one, whose warm-up would take a minute.
 - A block is self-contained: it writes the files it reads (run folders included).
 """
 
@@ -72,6 +74,10 @@ case "$1" in
     case " $* " in *" --resume "*) extra="${{extra/--max-steps 2/--max-steps 4}}";;
       *" --model "*) ;; *) extra="$extra --model {model}";; esac
     exec "{python}" -m pods "$@" $extra;;
+  check)
+    args=("$@"); for i in "${{!args[@]}}"; do
+      [ "${{args[$i]}}" = tiny ] && args[$i]="{model} --task arithmetic"; done
+    exec "{python}" -m pods ${{args[@]}};;
   *) exec "{python}" -m pods "$@";;
 esac
 """
