@@ -26,6 +26,7 @@ from pods.models.policy import DTYPES
 from pods.rollout import ENGINES
 from pods.tasks.scoring import POLICIES
 from pods.tracking import TRACKERS, unknown_trackers
+from pods.train.schedule import SCHEDULES
 from pods.train.selection import SCOPES
 
 
@@ -86,7 +87,14 @@ class TrainConfig:
     max_kept_per_group: int | None = _f(None, "selection batch: most rollouts one prompt may "
                                         "keep; None = n.")
     # optimisation
-    lr: float = _f(3e-4, "AdamW learning rate (constant).")
+    lr: float = _f(3e-4, "AdamW learning rate (the peak, under a schedule).")
+    lr_schedule: str = _f("constant", "Learning-rate schedule over the budget (max_steps or "
+                          "max_time, whichever ends first): constant, linear or cosine decay "
+                          "to lr_floor * lr (see pods.train.schedule).")
+    warmup_frac: float = _f(0.0, "Fraction of the budget over which the lr rises linearly "
+                            "from 0 to lr, before the schedule's decay.")
+    lr_floor: float = _f(0.0, "The lr at the end of a linear or cosine schedule, as a "
+                         "fraction of lr.")
     weight_decay: float = _f(0.0, "AdamW weight decay.")
     adam_beta1: float = _f(0.9, "AdamW beta1.")
     adam_beta2: float = _f(0.999, "AdamW beta2 (the paper: 0.99).")
@@ -241,6 +249,11 @@ def _problems(c: TrainConfig):
               "must be >= 0."
     if not (0 <= c.adam_beta1 < 1 and 0 <= c.adam_beta2 < 1):
         yield "adam_beta1 and adam_beta2 must be in [0, 1)."
+    if c.lr_schedule not in SCHEDULES:
+        yield f"unknown lr_schedule {c.lr_schedule!r}; use one of {', '.join(SCHEDULES)}."
+    if not (0 <= c.warmup_frac < 1 and 0 <= c.lr_floor <= 1):
+        yield f"warmup_frac={c.warmup_frac} must be in [0, 1) and lr_floor={c.lr_floor} " \
+              f"in [0, 1] (fractions of the budget and of lr)."
     if c.reward_errors not in POLICIES:
         yield f"unknown reward_errors {c.reward_errors!r}; use {' or '.join(POLICIES)}."
     for name in unknown_trackers(c.report_to):

@@ -41,6 +41,7 @@ from pods.train.checkpoint import (
 from pods.train.distributed import Dist, RankFailure, launched_world_size
 from pods.train.metrics import MetricsWriter, run_summary, truncate_metrics
 from pods.train.progress import Clock, Progress, plot_curve
+from pods.train.schedule import budget_progress, lr_multiplier
 from pods.train.selection import rank_batch, select, selection_stats
 from pods.train.update import peak_memory_mb, policy_update
 
@@ -139,6 +140,7 @@ class Trainer:
             batch, advantages = rank_batch(rollouts, keep, advantages, self.dist.rank,
                                            self.dist.world)  # this rank's kept rows [K]
         self.updating = True  # from here a failure leaves the weights half-updated
+        lr = self._set_lr()
         with self.clock.phase("update"), self.rollout.asleep():
             losses = policy_update(self.wrapped, self.ref_model, self.optimizer, batch,
                                    advantages.to(self.device), cfg, self.dist,
@@ -156,13 +158,24 @@ class Trainer:
             "sum")
         return {
             "kind": "step", "step": self.step_count, "time": self.clock.seconds,
-            "rollout/reward_mean": rewards.mean().item(),
+            "rollout/reward_mean": rewards.mean().item(), "optim/lr": lr,
             "rollout/completion_len": shared["rollout/completion_len"] / self.dist.world,
             "rollout/grading_failures": int(shared["rollout/grading_failures"]),
             "rollout/reward_errors": int(shared["rollout/reward_errors"]),
             **selection_stats(rewards, keep, lengths, self.dist.world),
             **losses, **slowest, "time/step": self.clock.seconds - step_start,
         }
+
+    def _set_lr(self) -> float:
+        """The schedule's lr for the step under way (counted as done), recomputed from the
+        step count and clock, so a resumed run needs no scheduler state."""
+        cfg = self.cfg
+        progress = budget_progress(self.step_count + 1, self.clock.seconds, cfg.max_steps,
+                                   cfg.max_time)
+        lr = cfg.lr * lr_multiplier(progress, cfg.lr_schedule, cfg.warmup_frac, cfg.lr_floor)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
 
     # ---- the run ----------------------------------------------------------------------
     def run(self) -> None:
