@@ -1,6 +1,7 @@
 import math
 
 import pytest
+import torch
 
 from pods.train.schedule import budget_progress, lr_multiplier
 
@@ -46,3 +47,34 @@ def test_unknown_schedule_says_which_exist():
 ])
 def test_budget_progress(steps, seconds, max_steps, max_time, expected):
     assert budget_progress(steps, seconds, max_steps, max_time) == pytest.approx(expected)
+
+
+def test_a_resumed_run_follows_the_uninterrupted_schedule(tiny_model_dir, tmp_path,
+                                                           monkeypatch):
+    from pods.train.metrics import read_metrics
+    from pods.train.trainer import Trainer, resume, train
+    from runs import config, weights
+
+    # 4 steps, warm-up half the budget, cosine to 0.1: progress k/4 for step k gives
+    # 0.25 -> 0.25/0.5 = 0.5; 0.5 -> q=0: 1; 0.75 -> q=0.5: 0.1 + 0.9*0.5 = 0.55; 1 -> 0.1
+    schedule = dict(max_steps=4, lr=1e-2, lr_schedule="cosine", warmup_frac=0.5, lr_floor=0.1)
+    whole = train(config(tiny_model_dir, tmp_path, run_name="whole", **schedule))
+    real_step = Trainer.step
+
+    def step_then_interrupt(self):
+        if self.step_count == 2:
+            raise KeyboardInterrupt
+        return real_step(self)
+
+    monkeypatch.setattr(Trainer, "step", step_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        train(config(tiny_model_dir, tmp_path, run_name="part", **schedule))
+    monkeypatch.setattr(Trainer, "step", real_step)
+    part = resume(tmp_path / "part")
+    lrs = [[r["optim/lr"] for r in read_metrics(run / "metrics.jsonl", "step")]
+           for run in (whole, part)]
+    assert lrs[0] == pytest.approx([5e-3, 1e-2, 5.5e-3, 1e-3]) and lrs[1] == lrs[0]
+    a = weights(whole / "checkpoints" / "step_000004" / "model")
+    b = weights(part / "checkpoints" / "step_000004" / "model")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6)
