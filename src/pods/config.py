@@ -87,13 +87,13 @@ class TrainConfig:
     max_kept_per_group: int | None = _f(None, "selection batch: most rollouts one prompt may "
                                         "keep; None = n.")
     # optimisation
-    lr: float = _f(3e-4, "AdamW learning rate (the peak, under a schedule).")
-    lr_schedule: str = _f("constant", "Learning-rate schedule over the budget (max_steps or "
+    lr: float = _f(6e-4, "AdamW learning rate (the peak, under a schedule).")
+    lr_schedule: str = _f("cosine", "Learning-rate schedule over the budget (max_steps or "
                           "max_time, whichever ends first): constant, linear or cosine decay "
                           "to lr_floor * lr (see pods.train.schedule).")
-    warmup_frac: float = _f(0.0, "Fraction of the budget over which the lr rises linearly "
+    warmup_frac: float = _f(0.05, "Fraction of the budget over which the lr rises linearly "
                             "from 0 to lr, before the schedule's decay.")
-    lr_floor: float = _f(0.0, "The lr at the end of a linear or cosine schedule, as a "
+    lr_floor: float = _f(0.1, "The lr at the end of a linear or cosine schedule, as a "
                          "fraction of lr.")
     weight_decay: float = _f(0.0, "AdamW weight decay.")
     adam_beta1: float = _f(0.9, "AdamW beta1.")
@@ -126,8 +126,11 @@ class TrainConfig:
     vllm_sleep: bool = _f(False, "vllm engine on a GPU: release vLLM's memory during each "
                           "update (sleep mode) and restore it for the next generation.")
     # budget, evaluation, checkpoints
-    max_steps: int | None = _f(None, "Stop after this many optimizer steps (None: no limit).")
-    max_time: float | None = _f(90.0, "Stop after this many training seconds (None: no limit).")
+    max_steps: int | None = _f(800, "Stop after this many optimizer steps (None: no limit); "
+                                "a step budget makes the lr schedule and the result "
+                                "independent of the machine's speed.")
+    max_time: float | None = _f(None, "Stop after this many training seconds (None: no "
+                                "limit); with max_steps too, whichever comes first.")
     eval_every: float = _f(10.0, "Evaluate every this many training seconds (and at time 0).")
     eval_size: int | None = _f(500, "Test problems per evaluation; None = the whole test split.")
     eval_temperature: float = _f(0.0, "Evaluation sampling temperature; 0 = greedy (the "
