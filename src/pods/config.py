@@ -131,7 +131,7 @@ class TrainConfig:
                                 "independent of the machine's speed.")
     max_time: float | None = _f(None, "Stop after this many training seconds (None: no "
                                 "limit); with max_steps too, whichever comes first.")
-    eval_every: float = _f(10.0, "Evaluate every this many training seconds (and at time 0).")
+    eval_every: float = _f(5.0, "Evaluate every this many training seconds (and at time 0).")
     eval_size: int | None = _f(500, "Test problems per evaluation; None = the whole test split.")
     eval_temperature: float = _f(0.0, "Evaluation sampling temperature; 0 = greedy (the "
                                  "paper: 0.9).")
