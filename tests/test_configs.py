@@ -24,6 +24,8 @@ def test_configs_are_shipped():
 def test_train_config_is_valid(path):
     cfg = flat(from_dict(load_yaml(path)))
     assert cfg.eval_repeats == 5 and cfg.engine == "vllm"
+    # the paper: a constant lr and a training-time budget, whatever the defaults are
+    assert cfg.lr_schedule == "constant" and cfg.max_steps is None and cfg.max_time > 0
     if "8gpu" in path.name:  # full fine-tuning, one prompt per GPU, 32 kept per GPU
         assert cfg.lora_rank == 0 and cfg.prompts_per_step % 8 == 0 and cfg.m == 32
         assert cfg.m // cfg.micro_batch_size == (4 if "pods" in path.name else 16)

@@ -26,7 +26,9 @@ def test_an_old_flat_config_file_reads_into_the_groups():
     assert config.optim.lr == 3e-4 and config.task.code.test_timeout == 2.0
     assert config.task.math.format == 0.1 and config.run.run_name == "v0_flat_config"
     old = yaml.safe_load((OLD / "config.yaml").read_text())
-    assert config.to_dict() == old  # every old key is a key of today's config, same value
+    assert {k: v for k, v in config.to_dict().items() if k in old} == old  # same values
+    assert set(config.to_dict()) - set(old) == {"parallelism", "lr_schedule", "warmup_frac",
+                                                "lr_floor"}  # the keys added since
 
 
 def test_an_old_run_folder_resumes(tiny_model_dir, tmp_path):
@@ -46,3 +48,5 @@ def test_an_old_run_folder_resumes(tiny_model_dir, tmp_path):
     assert adam and set(adam) == {3.0}  # the old optimizer state went on, not a fresh one
     saved = load_yaml(run / "config.yaml")  # rewritten in today's format, flat
     assert saved["max_steps"] == 3 and saved["n"] == 4
+    assert saved["lr_schedule"] == "constant"  # it trained with a constant lr, and goes on
+    assert {r["optim/lr"] for r in steps[2:]} == {3e-4}

@@ -12,6 +12,7 @@ from pods.config.files import (
     add_config_flags,
     config_from_args,
     flag_overrides,
+    load_run_config,
     load_yaml,
     read_yaml,
     save_yaml,
@@ -35,5 +36,5 @@ from pods.config.groups import (
 __all__ = ["FIELDS", "LEAVES", "CodeConfig", "EvalConfig", "LossConfig", "MathRewardConfig",
            "ModelConfig", "OptimConfig", "RolloutConfig", "RunConfig", "SelectionConfig",
            "TaskConfig", "TrackingConfig", "TrainConfig", "add_config_flags", "as_number",
-           "config_from_args", "describe_fields", "flag_overrides", "from_dict", "load_yaml",
-           "read_yaml", "save_yaml", "type_problem"]
+           "config_from_args", "describe_fields", "flag_overrides", "from_dict",
+           "load_run_config", "load_yaml", "read_yaml", "save_yaml", "type_problem"]

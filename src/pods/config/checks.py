@@ -60,6 +60,7 @@ def _choices(c: TrainConfig) -> Iterator[str]:
     from pods.tasks.scoring import POLICIES
     from pods.tracking import TRACKERS, unknown_trackers
     from pods.train.distributed import PARALLELISMS
+    from pods.train.schedule import SCHEDULES
     from pods.train.selection import SCOPES
 
     yield from _one_of("rule", c.selection.rule, RULES)
@@ -69,6 +70,7 @@ def _choices(c: TrainConfig) -> Iterator[str]:
               f"{c.selection.rule!r}; set rule max_variance or selection group."
     yield from _one_of("task", c.task.name, TASKS)
     yield from _one_of("loss_norm", c.loss.norm, NORMS)
+    yield from _one_of("lr_schedule", c.optim.lr_schedule, SCHEDULES)
     yield from _one_of("adv_scale", c.loss.adv_scale, SCALES)
     if c.task.reward_errors not in POLICIES:
         yield f"unknown reward_errors {c.task.reward_errors!r}; use {' or '.join(POLICIES)}."
@@ -106,6 +108,9 @@ def _ranges(c: TrainConfig) -> Iterator[str]:
               "must be >= 0."
     if not (0 <= o.adam_beta1 < 1 and 0 <= o.adam_beta2 < 1):
         yield "adam_beta1 and adam_beta2 must be in [0, 1)."
+    if not (0 <= o.warmup_frac < 1 and 0 <= o.lr_floor <= 1):
+        yield f"warmup_frac={o.warmup_frac} must be in [0, 1) and lr_floor={o.lr_floor} " \
+              f"in [0, 1] (fractions of the budget and of lr)."
     if not 0 < c.rollout.vllm_gpu_memory_utilization <= 1:
         yield f"vllm_gpu_memory_utilization={c.rollout.vllm_gpu_memory_utilization} must " \
               f"be in (0, 1]: the fraction of GPU memory vLLM may take."

@@ -61,6 +61,18 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+# Keys a run folder written by an earlier pods may lack, and the value that reproduces how
+# it trained (the defaults of new runs may differ): before schedules, the lr was constant.
+EARLIER_BEHAVIOUR = {"lr_schedule": "constant"}
+
+
+def load_run_config(path: str | Path) -> dict[str, Any]:
+    """A run folder's saved ``config.yaml`` (flat keys), with the keys an earlier pods did
+    not write set to how that run trained, so that resume and evaluation go on as it did."""
+    values = load_yaml(path)
+    return {**{k: v for k, v in EARLIER_BEHAVIOUR.items() if k not in values}, **values}
+
+
 def save_yaml(config: TrainConfig, path: str | Path) -> None:
     """The config as flat keys, grouped in declaration order."""
     Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))

@@ -129,7 +129,14 @@ class SelectionConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    lr: float = _f(3e-4, "AdamW learning rate (constant).")
+    lr: float = _f(6e-4, "AdamW learning rate (the peak, under a schedule).")
+    lr_schedule: str = _f("cosine", "Learning-rate schedule over the budget (max_steps or "
+                          "max_time, whichever ends first): constant, linear or cosine decay "
+                          "to lr_floor * lr (see pods.train.schedule).")
+    warmup_frac: float = _f(0.05, "Fraction of the budget over which the lr rises linearly "
+                            "from 0 to lr, before the schedule's decay.")
+    lr_floor: float = _f(0.1, "The lr at the end of a linear or cosine schedule, as a "
+                         "fraction of lr.")
     weight_decay: float = _f(0.0, "AdamW weight decay.")
     adam_beta1: float = _f(0.9, "AdamW beta1.")
     adam_beta2: float = _f(0.999, "AdamW beta2 (the paper: 0.99).")
@@ -158,7 +165,7 @@ class EvalConfig:
     curve. ``pods eval`` defaults to the paper's protocol instead (5 samplings at T=0.9),
     for final numbers that compare with the paper's."""
 
-    every: float = _f(10.0, "Evaluate every this many training seconds (and at time 0).",
+    every: float = _f(5.0, "Evaluate every this many training seconds (and at time 0).",
                       "eval_every")
     size: int | None = _f(500, "Test problems per evaluation; None = the whole test split.",
                           "eval_size")
@@ -171,9 +178,11 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    max_steps: int | None = _f(None, "Stop after this many optimizer steps (None: no limit).")
-    max_time: float | None = _f(90.0, "Stop after this many training seconds (None: no "
-                                "limit).")
+    max_steps: int | None = _f(800, "Stop after this many optimizer steps (None: no limit); "
+                                "a step budget makes the lr schedule and the result "
+                                "independent of the machine's speed.")
+    max_time: float | None = _f(None, "Stop after this many training seconds (None: no "
+                                "limit); with max_steps too, whichever comes first.")
     checkpoint_every: float = _f(60.0, "Checkpoint every this many training seconds (and at "
                                  "the end).")
     seed: int = _f(0, "Seed of prompts, sampling and selection.")

@@ -121,7 +121,7 @@ def restore_rng_states(states: dict[str, Any], prompt_rng, select_gen: torch.Gen
 
 def checkpoint_and_config(path: str | Path):
     """(checkpoint folder, TrainConfig of its run) for a run folder or a checkpoint folder."""
-    from pods.config import from_dict, load_yaml
+    from pods.config import from_dict, load_run_config
 
     path = Path(path)
     checkpoint = latest_checkpoint(path)
@@ -132,4 +132,4 @@ def checkpoint_and_config(path: str | Path):
     if not (run_dir / "config.yaml").is_file():
         raise ValueError(f"{run_dir} has no config.yaml to tell the model and task of "
                          f"{checkpoint}.")
-    return checkpoint, from_dict(load_yaml(run_dir / "config.yaml"))
+    return checkpoint, from_dict(load_run_config(run_dir / "config.yaml"))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from pods.config import TrainConfig, from_dict, load_yaml, save_yaml
+from pods.config import TrainConfig, from_dict, load_run_config, save_yaml
 from pods.evaluation import evaluate
 from pods.models.policy import load_saved_policy
 from pods.tracking import Trackers
@@ -284,7 +284,7 @@ def resume(run_dir: str | Path, overrides: dict | None = None, log=print) -> Pat
     if not checkpoints:
         raise ValueError(f"{run_dir} has no complete checkpoint to resume from; "
                          f"start a new run instead.")
-    config = from_dict({**load_yaml(run_dir / "config.yaml"), **(overrides or {})})
+    config = from_dict({**load_run_config(run_dir / "config.yaml"), **(overrides or {})})
     run = Run(Trainer(config, run_dir, log=log))
     checkpoint = run.restore_newest(checkpoints)
     if run.dist.is_main:  # only once the run can go on, as in train()

@@ -27,6 +27,7 @@ from pods.tracking import check_installed
 from pods.train.checkpoint import rng_states
 from pods.train.distributed import Dist, launched_world_size, rank_batch
 from pods.train.progress import Clock
+from pods.train.schedule import budget_progress, lr_multiplier
 from pods.train.selection import select, selection_stats
 from pods.train.update import peak_memory_mb, policy_update
 
@@ -131,7 +132,7 @@ class Trainer:
             batch, advantages = rank_batch(rollouts, keep, advantages, self.dist.rank,
                                            self.dist.world)  # this rank's kept rows [K]
         self.updating = True  # from here a failure leaves the weights half-updated
-        losses = {}
+        losses, lr = {}, self._set_lr()
         if not keep.any():  # every group without reward variance: nothing to learn from
             self.log(f"step {self.step_count + 1}: no rollout kept, update skipped")
         else:
@@ -147,9 +148,20 @@ class Trainer:
         self.updating, self.before_step = False, None
         return {"kind": "step", "step": self.step_count,
                 **self._over_ranks(lengths, scores),
-                "rollout/reward_mean": rewards.mean().item(),
+                "rollout/reward_mean": rewards.mean().item(), "optim/lr": lr,
                 **selection_stats(rewards, keep, all_lengths, self.dist.world),
                 **losses, "time/step": self.clock.seconds - step_start}
+
+    def _set_lr(self) -> float:
+        """The schedule's lr for the step under way (counted as done), recomputed from the
+        step count and clock, so a resumed run needs no scheduler state."""
+        o, budget = self.cfg.optim, self.cfg.run
+        progress = budget_progress(self.step_count + 1, self.clock.seconds, budget.max_steps,
+                                   budget.max_time)
+        lr = o.lr * lr_multiplier(progress, o.lr_schedule, o.warmup_frac, o.lr_floor)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
 
     def _over_ranks(self, lengths, scores) -> dict[str, float]:
         """This step's per-rank measurements reduced over the ranks: the clock, phase times
