@@ -100,6 +100,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("spec", help="comparison spec YAML (see configs/compare_embedded.yaml)")
     p.add_argument("--out", required=True, help="comparison folder (re-run to continue)")
     add_config_flags(p)
+    p.add_argument("--only", metavar="VARIANTS", help="comma-separated variants to train now "
+                   "(default: all); the summary covers every variant with runs in --out")
     p.set_defaults(func=_compare)
 
     p = sub.add_parser("plot", help="redraw figures (and a comparison's table) from saved runs")
@@ -148,7 +150,9 @@ def _compare(args: argparse.Namespace) -> int:
     from pods.experiments.compare import load_spec, run_compare
     from pods.train.run import train_or_resume
 
-    run_compare(load_spec(args.spec), Path(args.out), train_or_resume, flag_overrides(args))
+    only = [v.strip() for v in args.only.split(",") if v.strip()] if args.only else None
+    run_compare(load_spec(args.spec), Path(args.out), train_or_resume, flag_overrides(args),
+                only=only)
     return 0
 
 

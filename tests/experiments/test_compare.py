@@ -142,3 +142,16 @@ def test_load_spec_errors(tmp_path, text, message):
         load_spec(path)
     with pytest.raises(ValueError, match="does not exist"):
         load_spec(tmp_path / "missing.yaml")
+
+
+def test_only_trains_the_named_variants_and_refuses_unknown_ones(tmp_path):
+    spec = CompareSpec(variants={"grpo": {"n": 8, "m": 8}, "pods": {"n": 32}}, seeds=(0, 1),
+                       baseline="grpo", base={"m": 4, "max_time": 5.0})
+    out, calls = tmp_path / "cmp", []
+    run_compare(spec, out, fake_trainer(calls), only=["grpo"])
+    assert [(c.seed, c.n) for c in calls] == [(0, 8), (1, 8)]
+    run_compare(spec, out, fake_trainer(calls), only=["pods"])  # the rest, later
+    assert [(c.seed, c.n) for c in calls[2:]] == [(0, 32), (1, 32)]
+    assert {r["variant"] for r in json.loads((out / "summary.json").read_text())} == {"grpo", "pods"}
+    with pytest.raises(ValueError, match="does not have: podz"):
+        run_compare(spec, out, fake_trainer(calls), only=["podz"])

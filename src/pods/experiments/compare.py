@@ -160,8 +160,11 @@ def _seeds(value: Any) -> tuple[int, ...]:
 
 def run_compare(spec: CompareSpec, out_dir: str | Path,
                 train_fn: Callable[[TrainConfig], Any],
-                overrides: dict[str, Any] | None = None) -> Path:
+                overrides: dict[str, Any] | None = None,
+                only: list[str] | None = None) -> Path:
     """Train every variant on every seed (seeds outer), skipping finished runs, then summarize.
+    ``only`` trains just these variants now (a comparison run in parts); the summary covers
+    every variant that has runs in the folder.
 
     ``train_fn(config)`` trains one run into ``config.out_dir/config.run_name``
     (``out_dir/variant/seed{seed}``). ``overrides`` (e.g. CLI flags) apply to all variants,
@@ -178,10 +181,15 @@ def run_compare(spec: CompareSpec, out_dir: str | Path,
         seeds=spec.seeds, baseline=spec.baseline, base={**spec.base, **overrides})
     if main:
         _write_spec(spec, out_dir / "compare.yaml")
+    unknown = sorted(set(only or ()) - set(spec.variants))
+    if unknown:
+        raise ValueError(f"--only names variants the spec does not have: {', '.join(unknown)}; "
+                         f"its variants are {', '.join(spec.variants)}.")
     runs = [(seed, name, spec.config(name, seed, out_dir=str(out_dir / name),
                                      run_name=f"seed{seed}",  # trackers: group per variant
                                      tracker_group=f"{out_dir.name}-{name}"))
-            for seed in spec.seeds for name in spec.variants]  # all built before any training
+            for seed in spec.seeds for name in spec.variants
+            if only is None or name in only]  # all built before any training
     for i, (seed, name, config) in enumerate(runs, 1):
         run = f"{name}/seed{seed}"
         if is_finished(out_dir / name / f"seed{seed}"):
