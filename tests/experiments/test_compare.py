@@ -152,6 +152,7 @@ def test_only_trains_the_named_variants_and_refuses_unknown_ones(tmp_path):
     assert [(c.seed, c.n) for c in calls] == [(0, 8), (1, 8)]
     run_compare(spec, out, fake_trainer(calls), only=["pods"])  # the rest, later
     assert [(c.seed, c.n) for c in calls[2:]] == [(0, 32), (1, 32)]
-    assert {r["variant"] for r in json.loads((out / "summary.json").read_text())} == {"grpo", "pods"}
+    rows = json.loads((out / "summary.json").read_text())
+    assert {r["variant"] for r in rows} == {"grpo", "pods"}
     with pytest.raises(ValueError, match="does not have: podz"):
         run_compare(spec, out, fake_trainer(calls), only=["podz"])
