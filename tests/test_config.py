@@ -169,3 +169,16 @@ def test_help_shows_one_group_per_concern(capsys):
         assert f"\n{group}:\n" in out, group
     assert out.index("\nrollout:\n") < out.index("  --n INT") < out.index("\nselection:\n") \
         < out.index("  --m INT") < out.index("\noptim:\n") < out.index("  --lr FLOAT")
+
+
+def test_a_time_budget_alone_is_the_whole_budget(tmp_path):
+    """The default budget is 800 steps; a config that names only max_time means that."""
+    assert (TrainConfig().run.max_steps, TrainConfig().run.max_time) == (800, None)
+    timed = from_dict({"max_time": 3600})
+    assert (timed.run.max_steps, timed.run.max_time) == (None, 3600)
+    both = from_dict({"max_time": 60, "max_steps": 10})
+    assert (both.run.max_steps, both.run.max_time) == (10, 60)
+    path = tmp_path / "t.yaml"
+    path.write_text("max_time: 30\n")
+    assert parse(["--config", str(path)]).run.max_steps is None
+    assert parse(["--max-time", "30", "--max-steps", "5"]).run.max_steps == 5

@@ -81,11 +81,14 @@ def _build(cls: type, values: dict[tuple[str, ...], Any], path: tuple[str, ...] 
 
 def from_dict(values: dict[str, Any]) -> TrainConfig:
     """A config from a mapping of flat keys (missing keys take their defaults); an unknown
-    key is an error that lists the known ones."""
+    key is an error that lists the known ones. A time budget given alone is the whole
+    budget: ``max_time`` without ``max_steps`` clears the default step budget."""
     unknown = sorted(set(values) - set(LEAVES))
     if unknown:
         raise ValueError(f"unknown config field(s) {', '.join(unknown)}; "
                          f"known fields: {', '.join(LEAVES)}.")
+    if values.get("max_time") is not None and "max_steps" not in values:
+        values = {**values, "max_steps": None}
     return _build(TrainConfig, {LEAVES[k].path: v for k, v in values.items()})
 
 

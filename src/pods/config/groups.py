@@ -180,7 +180,8 @@ class EvalConfig:
 class RunConfig:
     max_steps: int | None = _f(800, "Stop after this many optimizer steps (None: no limit); "
                                 "a step budget makes the lr schedule and the result "
-                                "independent of the machine's speed.")
+                                "independent of the machine's speed. A max_time given "
+                                "without max_steps is the whole budget (no step limit).")
     max_time: float | None = _f(None, "Stop after this many training seconds (None: no "
                                 "limit); with max_steps too, whichever comes first.")
     checkpoint_every: float = _f(60.0, "Checkpoint every this many training seconds (and at "
