@@ -88,8 +88,9 @@ def _compare_panel(ax, curves: Mapping[str, CurveData], baseline: str | None,
         label = f"{name} ({c['seeds']} seed{'s' if c['seeds'] != 1 else ''})"
         # accuracy holds until the next eval: draw steps, not interpolated slopes
         (line,) = ax.plot(times, mean, drawstyle="steps-post", label=label)
-        ax.fill_between(times, mean - half, mean + half, step="post", alpha=0.2,
-                        color=line.get_color(), linewidth=0)
+        low, high = np.clip(mean - half, 0, 100), np.clip(mean + half, 0, 100)  # accuracies
+        ax.fill_between(times, low, high, step="post", alpha=0.2, color=line.get_color(),
+                        linewidth=0)
         colors[name] = line.get_color()
     if baseline is not None:
         peak = 100 * float(np.max(curves[baseline]["mean"]))
