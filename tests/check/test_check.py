@@ -52,11 +52,14 @@ def test_fsdp2_support_follows_the_config(monkeypatch):
 
 
 @pytest.fixture
-def cached_tiny(monkeypatch):
+def cached_tiny(monkeypatch, tmp_path):
     """The embedded model's cache filled with an untrained model of the same recipe, so
-    that `--model tiny` skips the minute of warm-up (the runs need not learn)."""
+    that `--model tiny` skips the minute of warm-up (the runs need not learn). The cache is
+    this test's own: other tests check that nothing was built in the session's cache."""
     from pods.models.tiny import TinyRecipe, build_model, build_tokenizer, cache_dir
     from pods.tasks.arithmetic import Arithmetic
+
+    monkeypatch.setenv("PODS_CACHE", str(tmp_path / "pods-cache"))
 
     recipe = TinyRecipe(alphabet=Arithmetic.alphabet, task="arithmetic")
     path = cache_dir() / f"tiny-qwen2-{recipe.task}-{recipe.key()}"
