@@ -45,7 +45,8 @@ def test_config_checks_the_engine_fields(fields, message):
         from_dict(fields)
 
 
-def test_the_vllm_engine_is_sized_for_prompt_and_completion(monkeypatch, tmp_path):
+def test_the_vllm_engine_is_sized_for_prompt_and_completion(monkeypatch, tmp_path,
+                                                            tiny_model_dir):
     """The trainer gives vLLM max_model_len = max_prompt_tokens + max_new_tokens."""
     import pods.rollout.vllm
     from pods.train.trainer import Trainer
@@ -59,8 +60,9 @@ def test_the_vllm_engine_is_sized_for_prompt_and_completion(monkeypatch, tmp_pat
 
     monkeypatch.setattr(pods.rollout, "vllm_installed", lambda: True)
     monkeypatch.setattr(pods.rollout.vllm, "VLLMEngine", Engine)
-    cfg = from_dict(dict(engine="vllm", max_prompt_tokens=100, max_new_tokens=28,
-                         gen_batch_size=64, seed=3, device="cpu", out_dir=str(tmp_path)))
+    cfg = from_dict(dict(model=tiny_model_dir, engine="vllm", max_prompt_tokens=100,
+                         max_new_tokens=28, gen_batch_size=64, seed=3, device="cpu",
+                         out_dir=str(tmp_path)))
     with pytest.raises(RuntimeError, match="sized"):
         Trainer(cfg, tmp_path)
     assert (seen["max_model_len"], seen["max_num_seqs"], seen["seed"]) == (128, 64, 3)
