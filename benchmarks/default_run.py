@@ -29,11 +29,6 @@ from pathlib import Path
 
 from pods.train.metrics import read_metrics
 
-# two-sided 95% Student t quantiles by degrees of freedom; beyond 10 the normal's 1.96
-# understates the interval by at most 14%, which the printout says
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-       9: 2.262, 10: 2.228}
-
 
 def machine() -> str:
     cpu = platform.processor() or "unknown CPU"
@@ -84,7 +79,9 @@ def interval(values: list[float]) -> str:
     mean = statistics.fmean(values)
     if len(values) < 2:
         return f"{mean:.1f}"
-    half = T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / len(values) ** 0.5
+    from scipy.stats import t  # the two-sided 95% Student t quantile
+
+    half = t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
     return f"{mean:.1f} +- {half:.1f}"
 
 
@@ -96,8 +93,7 @@ def report(rows: list[dict]) -> None:
         print(f"| {r['seed']} | {r['start']:.1f} | {r['best']:.1f} | {r['best_step']}, "
               f"{r['best_s']:.0f} | {r['final']:.1f} | {r['best'] - r['final']:.1f} | "
               f"{r['steps']} | {r['train_s']:.1f} | {r['wall_s']:.1f} |")
-    print(f"\nover {len(rows)} seeds, mean +- 95% interval (Student t"
-          f"{', normal beyond 11 seeds' if len(rows) > 11 else ''}):")
+    print(f"\nover {len(rows)} seeds, mean +- 95% interval (Student t):")
     for key, name in (("best", "best %"), ("final", "final %"), ("gap", "best - final"),
                       ("wall_s", "wall s")):
         values = [r["best"] - r["final"] if key == "gap" else r[key] for r in rows]

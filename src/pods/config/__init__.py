@@ -17,7 +17,7 @@ from pods.config.files import (
     read_yaml,
     save_yaml,
 )
-from pods.config.flat import FIELDS, LEAVES, as_number, describe_fields, from_dict, type_problem
+from pods.config.flat import LEAVES, as_number, describe_fields, from_dict, type_problem
 from pods.config.groups import (
     CodeConfig,
     EvalConfig,
@@ -33,7 +33,7 @@ from pods.config.groups import (
     TrainConfig,
 )
 
-__all__ = ["FIELDS", "LEAVES", "CodeConfig", "EvalConfig", "LossConfig", "MathRewardConfig",
+__all__ = ["LEAVES", "CodeConfig", "EvalConfig", "LossConfig", "MathRewardConfig",
            "ModelConfig", "OptimConfig", "RolloutConfig", "RunConfig", "SelectionConfig",
            "TaskConfig", "TrackingConfig", "TrainConfig", "add_config_flags", "as_number",
            "config_from_args", "describe_fields", "flag_overrides", "from_dict",

@@ -51,8 +51,7 @@ def _leaves(cls: type, path: tuple[str, ...] = (), group_help: str = "") -> list
     return found
 
 
-LEAVES: dict[str, Leaf] = {leaf.key: leaf for leaf in _leaves(TrainConfig)}
-FIELDS = LEAVES  # flat key -> Leaf, in declaration (and --help) order
+LEAVES: dict[str, Leaf] = {leaf.key: leaf for leaf in _leaves(TrainConfig)}  # in --help order
 assert len(LEAVES) == len(_leaves(TrainConfig)), "flat config keys must be unique"
 
 

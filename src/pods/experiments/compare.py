@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from pods.config import FIELDS, TrainConfig, as_number, from_dict, load_yaml, read_yaml
+from pods.config import LEAVES, TrainConfig, as_number, from_dict, load_yaml, read_yaml
 from pods.experiments.summary import baseline_names, summarize
 from pods.train.metrics import read_metrics
 
@@ -96,11 +96,11 @@ def _check_overrides(where: str, overrides: Any) -> None:
             raise ValueError(f"{where} sets {key!r}, which the comparison sets for each run "
                              "(seeds come from `seeds:`, folders from --out, tracker groups are "
                              "comparison-variant); remove it.")
-        if key not in FIELDS:
-            close = difflib.get_close_matches(str(key), FIELDS, n=3)
+        if key not in LEAVES:
+            close = difflib.get_close_matches(str(key), LEAVES, n=3)
             hint = f" Did you mean {', '.join(close)}?" if close else ""
             raise ValueError(f"{where} overrides unknown field {key!r}.{hint} "
-                             f"Known fields: {', '.join(FIELDS)}.")
+                             f"Known fields: {', '.join(LEAVES)}.")
 
 
 def load_spec(path: str | Path) -> CompareSpec:
@@ -139,7 +139,7 @@ def _fields(value: Any, spec: Path) -> Any:
     if isinstance(value, str):
         return load_yaml(spec.parent / value)
     if isinstance(value, dict):  # YAML reads 3e-4 as text; a training config file does not
-        return {k: as_number(k, v) if k in FIELDS else v for k, v in value.items()}
+        return {k: as_number(k, v) if k in LEAVES else v for k, v in value.items()}
     return value
 
 

@@ -95,8 +95,8 @@ def policy_update(model, ref_model, optimizer, batch: Rollouts, advantages: Tens
         optimizer.step()
     stats = dist.reduce({k: v / optim.num_iterations for k, v in totals.items()}, "mean")
     if batch.logprobs is not None:
-        summed = dist.reduce({"gap": gap, "tokens": mask.sum().item()}, "sum")
-        stats["rollout/logprob_gap"] = summed["gap"] / max(summed["tokens"], 1.0)
+        gap = dist.reduce({"gap": gap}, "sum")["gap"]  # over the kept tokens of all ranks
+        stats["rollout/logprob_gap"] = gap / max(tokens, 1.0)
     return stats
 
 

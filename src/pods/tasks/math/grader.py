@@ -55,9 +55,12 @@ _counts_lock = threading.Lock()
 
 
 def _count(*keys: str) -> None:
+    """Count into the process-wide stats; a failure also into the scoring call under way."""
     with _counts_lock:
         for key in keys:
             _counts[key] += 1
+    if "failures" in keys:
+        note_grading_failure()
 
 
 def grading_stats() -> GradingStats:
@@ -170,11 +173,9 @@ def answers_equal(pred: str, gold: str, timeout_s: float | None = 5.0) -> bool:
         return _call_with_timeout(lambda: _verify(pred, gold), timeout_s)
     except _Timeout:
         _count("failures", "timeouts")
-        note_grading_failure()
     except Exception:
         logger.debug("grading %r against %r failed", pred[:100], gold[:100], exc_info=True)
         _count("failures")
-        note_grading_failure()
     return False
 
 
