@@ -28,3 +28,23 @@ def flat(config):
     from types import SimpleNamespace
 
     return SimpleNamespace(**config.to_dict())
+
+
+def train_interrupted(config, after: int) -> None:
+    """``train(config)`` with Ctrl-C pressed once ``after`` steps are done: the run writes
+    its checkpoint and the interrupt reaches the caller (asserted here)."""
+    import pytest
+
+    from pods.train.run import train
+    from pods.train.trainer import Trainer
+
+    real_step = Trainer.step
+
+    def step_then_interrupt(self):
+        if self.step_count == after:
+            raise KeyboardInterrupt
+        return real_step(self)
+
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        patch.setattr(Trainer, "step", step_then_interrupt)
+        train(config)

@@ -49,28 +49,16 @@ def test_budget_progress(steps, seconds, max_steps, max_time, expected):
     assert budget_progress(steps, seconds, max_steps, max_time) == pytest.approx(expected)
 
 
-def test_a_resumed_run_follows_the_uninterrupted_schedule(tiny_model_dir, tmp_path,
-                                                           monkeypatch):
+def test_a_resumed_run_follows_the_uninterrupted_schedule(tiny_model_dir, tmp_path):
     from pods.train.metrics import read_metrics
     from pods.train.run import resume, train
-    from pods.train.trainer import Trainer
-    from runs import config, weights
+    from runs import config, train_interrupted, weights
 
     # 4 steps, warm-up half the budget, cosine to 0.1: progress k/4 for step k gives
     # 0.25 -> 0.25/0.5 = 0.5; 0.5 -> q=0: 1; 0.75 -> q=0.5: 0.1 + 0.9*0.5 = 0.55; 1 -> 0.1
     schedule = dict(max_steps=4, lr=1e-2, lr_schedule="cosine", warmup_frac=0.5, lr_floor=0.1)
     whole = train(config(tiny_model_dir, tmp_path, run_name="whole", **schedule))
-    real_step = Trainer.step
-
-    def step_then_interrupt(self):
-        if self.step_count == 2:
-            raise KeyboardInterrupt
-        return real_step(self)
-
-    monkeypatch.setattr(Trainer, "step", step_then_interrupt)
-    with pytest.raises(KeyboardInterrupt):
-        train(config(tiny_model_dir, tmp_path, run_name="part", **schedule))
-    monkeypatch.setattr(Trainer, "step", real_step)
+    train_interrupted(config(tiny_model_dir, tmp_path, run_name="part", **schedule), after=2)
     part = resume(tmp_path / "part")
     lrs = [[r["optim/lr"] for r in read_metrics(run / "metrics.jsonl", "step")]
            for run in (whole, part)]

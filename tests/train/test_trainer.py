@@ -8,7 +8,7 @@ from pods.train import trainer as trainer_module
 from pods.train.metrics import read_metrics
 from pods.train.run import resume, train, train_or_resume
 from pods.train.trainer import Trainer
-from runs import config, weights
+from runs import config, train_interrupted, weights
 
 
 def test_two_step_run_changes_the_model_and_writes_everything(tiny_model_dir, tmp_path):
@@ -130,21 +130,11 @@ def test_resume_matches_an_uninterrupted_run(tiny_model_dir, tmp_path):
     assert rewards[0] == rewards[1] and len(rewards[0]) == 4
 
 
-def test_ctrl_c_checkpoints_and_resume_continues(tiny_model_dir, tmp_path, monkeypatch):
-    real_step = Trainer.step
-
-    def step_then_interrupt(self):
-        if self.step_count == 2:
-            raise KeyboardInterrupt
-        return real_step(self)
-
-    monkeypatch.setattr(Trainer, "step", step_then_interrupt)
+def test_ctrl_c_checkpoints_and_resume_continues(tiny_model_dir, tmp_path):
     cfg = config(tiny_model_dir, tmp_path, max_steps=4)
-    with pytest.raises(KeyboardInterrupt):
-        train(cfg)
+    train_interrupted(cfg, after=2)
     run = tmp_path / "run"
     assert (run / "checkpoints" / "latest").read_text() == "step_000002"
-    monkeypatch.setattr(Trainer, "step", real_step)
     train_or_resume(cfg)  # what `pods compare` does with an unfinished run
     steps = [r["step"] for r in read_metrics(run / "metrics.jsonl", "step")]
     assert steps == [1, 2, 3, 4]

@@ -100,3 +100,14 @@ def test_the_kl_penalty_changes_the_update():
     gap = (plain.theta - kl.theta).abs().max().item()
     assert gap > 1e-3
     assert kl.theta.norm() < plain.theta.norm()  # the penalty pulls towards the reference
+
+
+def test_the_logprob_gap_is_a_mean_over_kept_tokens():
+    """The engine's sampled log-probs against the trainer's: theta = 0 gives log(1/2) for
+    every token; the engine said log(1/2) + 0.1 and log(1/2) - 0.3 for the two kept rows,
+    and something far off for the padding row, which must not count: (0.1 + 0.3) / 2."""
+    batch = rollouts([[0], [1], [0]], [[1], [1], [0]])
+    half = math.log(0.5)
+    batch.logprobs = torch.tensor([[half + 0.1], [half - 0.3], [half + 5.0]])
+    stats = update(Bigram([0.0, 0.0]), batch, [1.0, -1.0, 0.0], kept=2)
+    assert stats["rollout/logprob_gap"] == pytest.approx(0.2, rel=1e-5)
