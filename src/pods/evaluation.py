@@ -100,6 +100,7 @@ def evaluate_path(path: str, tasks: list[str] | None = None, repeats: int = 5,
     not be read, if any. Returns {task: metrics}."""
     from pods.config import from_dict
     from pods.models.policy import resolve_device
+    from pods.models.precision import compute_dtype
     from pods.rollout import make_engine, resolve_engine
     from pods.rollout.prompts import drop_long_prompts
     from pods.tasks import get_task
@@ -131,7 +132,8 @@ def evaluate_path(path: str, tasks: list[str] | None = None, repeats: int = 5,
         if rollout is None:
             source, model, tokenizer = _load(path, source, checkpoints, cfg, task, on, log)
             rollout = make_engine(cfg.rollout, model, tokenizer, on, seed=cfg.run.seed,
-                                  max_model_len=cfg.task.max_prompt_tokens + max_tokens)
+                                  max_model_len=cfg.task.max_prompt_tokens + max_tokens,
+                                  dtype=compute_dtype(cfg.model.mixed_precision))
         problems, dropped = drop_long_prompts(rollout.tokenizer, task, task.test(),
                                               cfg.task.max_prompt_tokens)
         result = evaluate(rollout, task, problems[:eval_size], temperature, max_tokens,

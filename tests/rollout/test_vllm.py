@@ -80,6 +80,16 @@ def test_a_rollout_depends_on_its_key_not_its_batch(setup):
     assert other.texts != whole.texts  # another seed, other rollouts
 
 
+def test_unseeded_requests_sample_from_vllms_own_generator(setup):
+    _, _, engine = setup
+    engine.seeded = False  # --vllm-seeded false
+    try:
+        first, again = (engine.generate(PROMPTS, 4, 1.0, 6, KEYS) for _ in range(2))
+    finally:
+        engine.seeded = True
+    assert len(set(first.texts)) > 3 and first.texts != again.texts  # the generator moves on
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_engine_logprobs_equal_the_trainers(setup, temperature):
     """The engine's log-prob of each sampled token equals the trainer's recomputed one

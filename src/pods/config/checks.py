@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pods.config.flat import LEAVES, get, type_problem
-from pods.config.groups import TrainConfig
+from pods.config.groups import MIXED_PRECISIONS, TrainConfig
 
 
 def problems(c: TrainConfig) -> Iterator[str]:
@@ -80,6 +80,14 @@ def _choices(c: TrainConfig) -> Iterator[str]:
         yield "the vllm engine does not run under fsdp2 (each rank's vLLM would need the " \
               "whole model); use --engine hf (or auto), or --parallelism ddp."
     yield from _one_of("dtype", c.model.dtype, DTYPES)
+    yield from _one_of("mixed_precision", c.model.mixed_precision, MIXED_PRECISIONS)
+    if c.model.mixed_precision != "no" and c.model.dtype not in ("auto", "float32"):
+        yield f"mixed_precision {c.model.mixed_precision} keeps float32 master weights and " \
+              f"computes in bfloat16; set --dtype float32 (or auto), or --mixed-precision no " \
+              f"to compute in {c.model.dtype}."
+    if c.model.mixed_precision != "no" and c.run.parallelism == "fsdp2":
+        yield "under fsdp2 use --dtype bfloat16 instead of --mixed-precision: its shards " \
+              "already keep float32 master weights and compute in bfloat16."
     if c.task.code.reward not in ("fraction", "all"):
         yield f"unknown code_reward {c.task.code.reward!r}; use fraction or all."
     for name in unknown_trackers(c.tracking.report_to):

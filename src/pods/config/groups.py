@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+MIXED_PRECISIONS = ("no", "bf16")
+
 
 def _f(default: Any, help: str, key: str | None = None) -> Any:
     metadata = {"help": help} if key is None else {"help": help, "key": key}
@@ -43,6 +45,12 @@ class ModelConfig:
                                "float. None: a --model ending in .gguf names the file itself.")
     dtype: str = _f("auto", "Weights dtype: float32, bfloat16, float16, or auto (bfloat16 on "
                     "a GPU that supports it, else float32).")
+    mixed_precision: str = _f("no", "bf16: keep float32 weights (the optimizer's master "
+                              "copy) and compute in bfloat16: the update's forward passes "
+                              "under autocast, the hf engine sampling from a bfloat16 copy "
+                              "refreshed after each update, the vllm engine in bfloat16. "
+                              "About 2-3x faster on CPUs with AMX and on GPUs; no: compute in "
+                              "the weights' dtype. Needs --dtype float32 (or auto).")
     lora_rank: int = _f(0, "LoRA rank; 0 = full fine-tuning (the paper's single-GPU runs: 64).")
     lora_alpha: float = _f(64.0, "LoRA alpha (the paper: 64).")
     lora_dropout: float = _f(0.0, "LoRA dropout.")
@@ -129,6 +137,11 @@ class RolloutConfig:
                                             "fraction of CPU memory it may reserve.")
     vllm_sleep: bool = _f(False, "vllm engine on a GPU: release vLLM's memory during each "
                           "update (sleep mode) and restore it for the next generation.")
+    vllm_seeded: bool = _f(True, "vllm engine: seed each rollout's request with its key, so "
+                           "a rollout does not depend on its batch, rank or a resume. vLLM "
+                           "samples seeded requests one by one: about 1.6x slower decoding "
+                           "on a CPU (benchmarks/smollm2_speed.py). false: vLLM's own "
+                           "generator (seeded once per engine), as fast as vLLM itself.")
 
 
 @dataclass(frozen=True)

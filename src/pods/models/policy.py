@@ -23,6 +23,14 @@ DEFAULT_MODEL = ModelConfig()
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
+def weights_dtype(options: ModelConfig, device: torch.device) -> torch.dtype:
+    """The dtype the weights are held in: float32 under mixed precision (the master copy),
+    else ``options.dtype`` resolved for ``device``."""
+    if options.mixed_precision != "no":
+        return torch.float32
+    return resolve_dtype(options.dtype, device)
+
+
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     """auto: bfloat16 on a GPU that supports it, else float32 (CPU training stays exact)."""
     if name == "auto":
@@ -50,7 +58,7 @@ def load_policy(model: str, task, device: torch.device, options: ModelConfig = D
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     policy = AutoModelForCausalLM.from_pretrained(
-        model, dtype=resolve_dtype(options.dtype, device)).to(device)
+        model, dtype=weights_dtype(options, device)).to(device)
     if options.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
         policy.config.use_cache = False  # generate() turns the KV cache back on per call

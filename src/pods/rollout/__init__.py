@@ -52,15 +52,18 @@ def resolve_engine(options: RolloutConfig, device: torch.device, sharded: bool =
 
 def make_engine(options: RolloutConfig, model, tokenizer, device: torch.device, *,
                 max_model_len: int = 1024, seed: int = 0, world: int = 1,
-                sharded: bool = False) -> Engine:
+                sharded: bool = False, dtype: torch.dtype | None = None) -> Engine:
     """The engine ``options`` names, generating from ``model``'s current weights;
-    ``max_model_len`` (prompt + completion tokens) and ``seed`` size and seed vLLM."""
+    ``max_model_len`` (prompt + completion tokens) and ``seed`` size and seed vLLM.
+    ``dtype``: the dtype to sample in when it is not the weights' (mixed precision)."""
     name = resolve_engine(options, device, sharded)
     if name == "hf":
-        return HFEngine(model, tokenizer, options.gen_batch_size, synced=sharded)
+        return HFEngine(model, tokenizer, options.gen_batch_size, synced=sharded,
+                        dtype=dtype)
     from pods.rollout.vllm import VLLMEngine
 
     return VLLMEngine(model, tokenizer, max_model_len=max_model_len,
                       max_num_seqs=options.gen_batch_size,
                       gpu_memory_utilization=options.vllm_gpu_memory_utilization,
-                      sleep=options.vllm_sleep, seed=seed, world=world)
+                      sleep=options.vllm_sleep, seed=seed, world=world, dtype=dtype,
+                      seeded=options.vllm_seeded)

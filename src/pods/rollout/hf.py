@@ -12,23 +12,36 @@ from pods.rollout.sampling import KeyedSampler, rollout_keys
 
 
 class HFEngine(ModelOwnedEngine):
-    """Samples from ``model`` itself (in eval mode), so it never needs a weight sync.
+    """Samples from ``model`` itself (in eval mode), so it never needs a weight sync; or,
+    with a ``dtype`` other than the weights' (mixed precision), from a copy in that dtype
+    (pods.models.precision.SamplingCopy) that ``sync_weights`` refreshes.
     ``synced``: under FSDP every forward pass is a collective (see ``generate``)."""
 
     name = "hf"
 
-    def __init__(self, model, tokenizer, chunk: int, synced: bool = False):
+    def __init__(self, model, tokenizer, chunk: int, synced: bool = False,
+                 dtype: torch.dtype | None = None):
         self.model, self.tokenizer, self.chunk, self.synced = model, tokenizer, chunk, synced
+        self.copy = None
+        if dtype is not None and dtype != next(model.parameters()).dtype:
+            from pods.models.precision import SamplingCopy
+
+            self.copy = SamplingCopy(model, dtype)
 
     def generate(self, prompts: list[str], n: int, temperature: float, max_new_tokens: int,
                  keys: Tensor, add_special_tokens: bool = True) -> Rollouts:
-        was_training = self.model.training
-        self.model.eval()
+        model = self.model if self.copy is None else self.copy.module
+        was_training = model.training
+        model.eval()
         try:
-            return generate(self.model, self.tokenizer, prompts, n, temperature,
+            return generate(model, self.tokenizer, prompts, n, temperature,
                             max_new_tokens, self.chunk, add_special_tokens, keys, self.synced)
         finally:
-            self.model.train(was_training)
+            model.train(was_training)
+
+    def sync_weights(self, model) -> None:
+        if self.copy is not None:
+            self.copy.refresh(model)
 
 
 @torch.no_grad()

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
+from pods.models.merge import merged_state_dict
 from pods.rollout.base import Rollouts, encode_prompts, finish
 from pods.rollout.sampling import rollout_keys
 
@@ -37,9 +38,17 @@ class VLLMEngine:
 
     def __init__(self, model, tokenizer, max_model_len: int, max_num_seqs: int,
                  gpu_memory_utilization: float = 0.3, sleep: bool = False, seed: int = 0,
-                 world: int = 1):
+                 world: int = 1, dtype: torch.dtype | None = None, seeded: bool = True):
+        """``dtype``: what vLLM computes in (default: the model's own); weights sent by
+        ``sync_weights`` are cast to it. ``seeded``: one seed per request (the rollout's
+        key); False: vLLM's generator, seeded with ``seed`` once (faster; see
+        RolloutConfig.vllm_seeded)."""
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GB)
+        if os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0":
+            # vLLM's CPU build keeps a core for a scheduler process by default; in process
+            # there is none, and the trainer's update would run on the one core left
+            os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         try:
             from vllm import LLM
             from vllm.platforms import current_platform
@@ -54,9 +63,9 @@ class VLLMEngine:
             # generators cannot do ("CPU Generator does not use offset"): whole prompts only.
             extra.update(enable_chunked_prefill=False,
                          max_num_batched_tokens=max(max_model_len, 8192))
-        self.tokenizer, self.sleep = tokenizer, sleep
+        self.tokenizer, self.sleep, self.seeded = tokenizer, sleep, seeded
         self.llm = LLM(
-            model=base.name_or_path, dtype=str(base.dtype).removeprefix("torch."),
+            model=base.name_or_path, dtype=str(dtype or base.dtype).removeprefix("torch."),
             load_format="dummy", generation_config="vllm", seed=seed,
             logprobs_mode="processed_logprobs", enable_prefix_caching=True,
             max_model_len=max_model_len, max_num_seqs=max_num_seqs,
@@ -76,7 +85,7 @@ class VLLMEngine:
             n=1, temperature=temperature, top_k=0, top_p=1.0, min_p=0.0,
             repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
             max_tokens=max_new_tokens, stop_token_ids=[self.tokenizer.eos_token_id],
-            seed=int(key) if sampled else None, logprobs=0 if sampled else None,
+            seed=int(key) if sampled and self.seeded else None, logprobs=0 if sampled else None,
             detokenize=False) for key in rollout_keys(keys, n)]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         completions = [out.outputs[0] for out in outputs]  # in request order
@@ -110,25 +119,3 @@ class VLLMEngine:
             yield
         finally:
             self.llm.wake_up()
-
-
-@torch.no_grad()
-def merged_state_dict(model) -> dict[str, Tensor]:
-    """The model's weights under the base model's names; a peft LoRA adapter is folded in
-    (W + scale * B A, computed aside: the trainer's weights are not touched)."""
-    if not hasattr(model, "peft_config"):
-        return model.state_dict()
-    from peft.tuners.lora import LoraLayer
-
-    adapter = model.active_adapter
-    deltas = {f"{name}.base_layer.weight": module.get_delta_weight(adapter)
-              for name, module in model.named_modules()
-              if isinstance(module, LoraLayer) and adapter in module.lora_A}
-    weights = {}
-    for key, value in model.state_dict().items():
-        if "lora_" in key:
-            continue
-        if key in deltas:
-            value = value + deltas[key].to(value.dtype)
-        weights[key.removeprefix("base_model.model.").replace(".base_layer.", ".")] = value
-    return weights

@@ -19,6 +19,7 @@ import torch
 
 from pods.config import TrainConfig
 from pods.models.policy import load_policy, load_saved_policy
+from pods.models.precision import autocast, compute_dtype
 from pods.models.source import check_source
 from pods.rollout import make_engine, resolve_engine, sample_keys
 from pods.rollout.prompts import drop_long_prompts, render_prompts
@@ -67,7 +68,8 @@ class Trainer:
         self.rollout = make_engine(
             config.rollout, self.model, self.tokenizer, self.device,
             max_model_len=config.task.max_prompt_tokens + config.rollout.max_new_tokens,
-            seed=config.run.seed, world=self.dist.world, sharded=self.dist.sharded)
+            seed=config.run.seed, world=self.dist.world, sharded=self.dist.sharded,
+            dtype=compute_dtype(config.model.mixed_precision))
         self.train_set, self.test_set, self.dropped = self._datasets()
         self.scorer = Scorer(self.task, config.task.reward_errors, warn=self.log)
         self.prompt_rng = np.random.default_rng(config.run.seed)
@@ -142,7 +144,8 @@ class Trainer:
         if not keep.any():  # every group without reward variance: nothing to learn from
             self.log(f"step {self.step_count + 1}: no rollout kept, update skipped")
         else:
-            with self.clock.phase("update"), self.rollout.asleep():
+            with self.clock.phase("update"), self.rollout.asleep(), \
+                    autocast(self.device, self.cfg.model.mixed_precision):
                 losses = policy_update(
                     self.wrapped, self.ref_model, self.optimizer, batch,
                     advantages.to(self.device), self.cfg.optim, self.cfg.loss,

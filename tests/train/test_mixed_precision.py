@@ -1,0 +1,128 @@
+"""--mixed-precision bf16: float32 weights and optimizer, bfloat16 compute (autocast in the
+update, a bfloat16 sampling copy in the hf engine refreshed after every update)."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from pods.config import ModelConfig, from_dict
+from pods.models.logprobs import completion_logprobs
+from pods.models.merge import merged_state_dict
+from pods.models.policy import add_lora
+from pods.models.precision import SamplingCopy, autocast
+from pods.rollout import HFEngine, sample_keys
+from pods.train.metrics import read_metrics
+from pods.train.run import resume, train
+from runs import config
+
+MIXED = dict(mixed_precision="bf16", device="cpu")
+
+
+def _saved(path) -> dict[str, torch.Tensor]:
+    return AutoModelForCausalLM.from_pretrained(path, dtype="auto").state_dict()
+
+
+def test_a_mixed_run_keeps_float32_weights_learns_and_resumes_exactly(tiny_model_dir,
+                                                                      tmp_path):
+    whole = train(config(tiny_model_dir, tmp_path, max_steps=4, run_name="whole", **MIXED))
+    part = train(config(tiny_model_dir, tmp_path, max_steps=2, run_name="part", **MIXED))
+    resume(part, {"max_steps": 4})
+    start = _saved(tiny_model_dir)
+    a = _saved(whole / "checkpoints" / "step_000004" / "model")
+    b = _saved(part / "checkpoints" / "step_000004" / "model")
+    assert {t.dtype for t in a.values()} == {torch.float32}  # the master weights
+    moved = [(a[k] - start[k]).abs().max().item() for k in a]
+    assert max(moved) > 1e-2
+    for k in a:  # the resumed run is the uninterrupted one, bit for bit
+        assert torch.equal(a[k], b[k]), k
+    steps = [r for r in read_metrics(whole / "metrics.jsonl") if r["kind"] == "step"]
+    assert all(r["loss/loss"] == r["loss/loss"] for r in steps)  # no NaN
+
+
+def test_small_updates_are_kept_where_bf16_weights_round_them_away(tiny_model_dir,
+                                                                  tmp_path):
+    """lr 1e-5 moves a weight by about 1e-5: far below bf16's resolution (2**-8 relative),
+    so bf16 weights keep almost none of it; float32 master weights keep all of it."""
+    runs = {mode: train(config(tiny_model_dir, tmp_path, max_steps=1, lr=1e-5, run_name=mode,
+                               **overrides))
+            for mode, overrides in [("mixed", MIXED), ("bf16", dict(dtype="bfloat16"))]}
+    start = _saved(tiny_model_dir)
+    changed = {}
+    for mode, run in runs.items():
+        after = _saved(run / "checkpoints" / "step_000001" / "model")
+        changed[mode] = sum(int((after[k].float() != start[k].to(after[k].dtype).float())
+                                .sum()) for k in start) / sum(t.numel() for t in start.values())
+    assert changed["mixed"] > 0.99 and changed["bf16"] < 0.3, changed  # bf16: ~16%
+
+
+def test_the_update_runs_its_matmuls_in_bf16_and_its_logprobs_in_float32(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    seen = []
+    hook = model.model.layers[0].mlp.up_proj.register_forward_hook(
+        lambda module, args, out: seen.append(out.dtype))
+    ids = torch.randint(3, model.config.vocab_size, (2, 7))  # [B, L]
+    mask = torch.ones_like(ids)
+    plain = completion_logprobs(model, ids[:, :3], mask[:, :3], ids[:, 3:], mask[:, 3:], 1.0)
+    with autocast(torch.device("cpu"), "bf16"):
+        mixed = completion_logprobs(model, ids[:, :3], mask[:, :3], ids[:, 3:], mask[:, 3:],
+                                    1.0)  # [B, Lc]
+        mixed.sum().backward()
+    hook.remove()
+    assert seen == [torch.float32, torch.bfloat16]
+    assert mixed.dtype == torch.float32 and not torch.equal(mixed, plain)
+    torch.testing.assert_close(mixed, plain, rtol=0, atol=5e-2)
+    assert {p.grad.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_the_sampling_copy_is_the_model_in_bf16_and_follows_its_updates(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    copy = SamplingCopy(model, torch.bfloat16)
+    assert not any(p.requires_grad for p in copy.module.parameters())
+    theirs = copy.module.state_dict()
+    assert all(torch.equal(theirs[k], v.bfloat16()) for k, v in model.state_dict().items())
+    with torch.no_grad():
+        model.model.embed_tokens.weight.add_(1.0)  # tied to lm_head
+    assert not torch.equal(copy.module.lm_head.weight, model.lm_head.weight.bfloat16())
+    copy.refresh(model)
+    assert torch.equal(copy.module.lm_head.weight, model.lm_head.weight.bfloat16())
+    assert copy.module.lm_head.weight is copy.module.model.embed_tokens.weight
+
+
+def test_a_lora_models_sampling_copy_has_the_adapter_merged(tiny_model_dir):
+    model = add_lora(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                     ModelConfig(lora_rank=4))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_()  # a non-zero adapter
+    copy = SamplingCopy(model, torch.bfloat16)
+    assert not any("lora" in k for k in copy.module.state_dict())  # a plain model
+    merged = merged_state_dict(model)
+    key = "model.layers.0.self_attn.q_proj.weight"
+    assert torch.equal(copy.module.state_dict()[key], merged[key].bfloat16())
+
+
+def test_the_hf_engine_samples_from_the_copy_until_synced(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir, padding_side="left")
+    engine = HFEngine(model, tokenizer, chunk=8, dtype=torch.bfloat16)
+    keys = sample_keys(0, 0, torch.arange(2))
+    before = engine.generate(["3+4=", "5+1="], 4, 1.0, 6, keys).completion_ids
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(0.0)  # a model that always predicts token 0 ...
+    assert torch.equal(engine.generate(["3+4=", "5+1="], 4, 1.0, 6, keys).completion_ids,
+                       before)  # ... not seen until the weights are synced
+    engine.sync_weights(model)
+    assert not torch.equal(engine.generate(["3+4=", "5+1="], 4, 1.0, 6, keys).completion_ids,
+                           before)
+
+
+@pytest.mark.parametrize("flat, message", [
+    (dict(dtype="bfloat16"), "keeps float32 master weights.*--dtype float32"),
+    (dict(parallelism="fsdp2"), "under fsdp2 use --dtype bfloat16"),
+    (dict(mixed_precision="fp8"), "unknown mixed_precision 'fp8'"),
+])
+def test_mixed_precision_settings_that_cannot_work_are_refused(flat, message):
+    with pytest.raises(ValueError, match=message):
+        from_dict({"mixed_precision": "bf16", **flat})
