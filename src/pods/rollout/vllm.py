@@ -46,9 +46,11 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GB)
         if os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0":
-            # vLLM's CPU build keeps a core for a scheduler process by default; in process
-            # there is none, and the trainer's update would run on the one core left
+            # vLLM's CPU build keeps a core for a scheduler process by default, and sets
+            # torch to 1 thread "for serving" unless OMP_NUM_THREADS is set: in process
+            # there is no scheduler process, and the trainer's update would run on 1 core
             os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+            os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
         try:
             from vllm import LLM
             from vllm.platforms import current_platform
