@@ -4,18 +4,20 @@ libraries, float32 and bf16.
 Generation: P x n rollouts of wordproblems prompts (the showcase's chat-templated prompts,
 P = rows / 16 distinct prompts, n = 16), 128 new tokens at T = 0.9; tokens/s counts every
 row's positions up to the batch's longest completion (what the batch computed). Each cell
-is the median of --repeats calls after one warm-up call.
-  hf engine    pods.rollout.HFEngine (keyed sampler; --mixed-precision bf16: its bf16 copy)
-  raw hf       transformers' model.generate(do_sample=True, top_k=0) on the same batch, on
-               a float32 or bfloat16 model
-  vllm engine  pods.rollout.vllm.VLLMEngine (one seeded request per rollout, log-probs)
-  raw vllm     vllm.LLM.generate on the same prompts, SamplingParams(n=16), no log-probs
-Update: one optimizer step on B kept rollouts (prompt + 128 completion tokens):
-  pods         pods.train.update.policy_update (the trainer's: log-probs, loss, clipping)
-  bare         model(ids).logits -> log_softmax -> gather -> mean -> backward -> AdamW step
+is the median of --repeats calls (default 1) after one short warm-up call per model.
+  hf engine         pods.rollout.HFEngine (keyed sampler; under bf16 its bf16 copy)
+  raw transformers  model.generate(do_sample=True, top_k=0) on the same batch and model
+  vllm engine       pods.rollout.vllm.VLLMEngine in bf16: one request per rollout with
+                    log-probs; --seeded: each request seeded with its key (pods's default)
+  raw vLLM          LLM.generate on the same prompts, SamplingParams(n=16), no log-probs
+Update: one optimizer step on B kept rollouts of 160 prompt + 128 completion tokens (a
+first pass on the smallest B warms up, not reported):
+  pods update         pods.train.update.policy_update (log-probs, loss, clipping, AdamW)
+  bare fwd+bwd+AdamW  model(ids).logits -> log_softmax -> gather -> mean -> backward -> step
 mixed = float32 weights under torch.autocast(bfloat16) (pods's --mixed-precision bf16).
 
-    .venv/bin/python benchmarks/smollm2_speed.py --part hf          # hf engine and update
+    .venv/bin/python benchmarks/smollm2_speed.py --part hf          # the hf engine
+    .venv/bin/python benchmarks/smollm2_speed.py --part update      # the update
     .venv-vllm/bin/python benchmarks/smollm2_speed.py --part vllm   # make vllm-env first
 """
 
@@ -44,7 +46,8 @@ def prompts(tokenizer, P: int) -> list[str]:
 
 
 def timed(fn, repeats: int, *args) -> tuple[float, object]:
-    fn(*args)  # warm-up
+    """The median seconds of ``repeats`` calls, and the last call's result (the caller has
+    warmed the model up once; a warm-up per cell would double the 256-row cells)."""
     times, out = [], None
     for _ in range(repeats):
         start = time.perf_counter()
@@ -84,7 +87,7 @@ def row(what: str, dtype: str, rows: int, seconds: float, tokens: int) -> dict:
     return out
 
 
-def hf_rows(folder: str, sizes: list[int], repeats: int) -> list[dict]:
+def hf_rows(folder: str, sizes: list[int], repeats: int, fp32_sizes: list[int]) -> list[dict]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from pods.rollout import HFEngine, sample_keys
@@ -96,7 +99,10 @@ def hf_rows(folder: str, sizes: list[int], repeats: int) -> list[dict]:
         engine = HFEngine(model, tokenizer, chunk=max(sizes), dtype=dtype)
         raw = model if engine.copy is None else engine.copy.module
         name = str(dtype).removeprefix("torch.")
-        for B in sizes:
+        warm = prompts(tokenizer, 1)
+        engine.generate(warm, N, T, 8, sample_keys(0, 0, torch.arange(1)), False)
+        raw_hf_generate(raw, tokenizer, warm)
+        for B in sizes if dtype == torch.bfloat16 else fp32_sizes:
             texts = prompts(tokenizer, B // N)
             keys = sample_keys(0, 0, torch.arange(len(texts)))
             seconds, ids = timed(engine_generate, repeats, engine, texts, keys)
@@ -117,6 +123,7 @@ def vllm_rows(folder: str, sizes: list[int], repeats: int, seeded: bool) -> list
     engine = VLLMEngine(model, tokenizer, max_model_len=1024, max_num_seqs=max(sizes),
                         dtype=torch.bfloat16, seeded=seeded)
     what = "vllm engine" + (" (seeded)" if seeded else "")
+    engine_generate(engine, prompts(tokenizer, 1), sample_keys(0, 0, torch.arange(1)))
     out = []
     for B in sizes:
         texts = prompts(tokenizer, B // N)
@@ -162,7 +169,8 @@ def update_rows(folder: str, sizes: list[int], repeats: int) -> list[dict]:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-7)
         dtype = "mixed bf16" if mixed == "bf16" else "float32"
-        for B in sizes:
+        warm = [True] + [False] * len(sizes)  # the first pass: a warm-up, not reported
+        for B, warming in zip([sizes[0], *sizes], warm, strict=True):
             gen = torch.Generator().manual_seed(B)
             prompt = torch.randint(100, 40000, (B, PROMPT), generator=gen)  # [B, Lp]
             completion = torch.randint(100, 40000, (B, NEW), generator=gen)  # [B, Lc]
@@ -170,8 +178,10 @@ def update_rows(folder: str, sizes: list[int], repeats: int) -> list[dict]:
                              torch.ones_like(completion), [""] * B)
             advantages = torch.randn(B, generator=gen)  # [B]
             for what, fn in (("pods update", pods_update), ("bare fwd+bwd+AdamW", bare_update)):
-                seconds, _ = timed(fn, repeats, model, optimizer, batch, advantages, mixed, cfg)
-                out.append(row(what, dtype, B, seconds, B * (PROMPT + NEW)))
+                seconds, _ = timed(fn, 1 if warming else repeats, model, optimizer, batch,
+                                   advantages, mixed, cfg)
+                if not warming:
+                    out.append(row(what, dtype, B, seconds, B * (PROMPT + NEW)))
     return out
 
 
@@ -179,6 +189,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--part", choices=("hf", "vllm", "update"), default="hf")
     p.add_argument("--rows", default="16,64,256", help="P x n batches to generate")
+    p.add_argument("--fp32-rows", default="16", help="hf: batches also run in float32")
     p.add_argument("--update-rows", default="4,16", help="kept rollouts per update")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--seeded", action="store_true", help="vllm: one seed per request")
@@ -190,7 +201,8 @@ def main() -> None:
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
     if args.part == "hf":
-        table = hf_rows(folder, rows, args.repeats)
+        table = hf_rows(folder, rows, args.repeats,
+                        [int(r) for r in args.fp32_rows.split(",") if r])
     elif args.part == "vllm":
         table = vllm_rows(folder, rows, args.repeats, args.seeded)
     else:

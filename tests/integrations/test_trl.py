@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,8 @@ from pods.integrations.trl import PODSGRPOConfig, PODSGRPOTrainer, _take_rows  #
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+from trl_contract import check_contract  # noqa: E402
 
 
 def config(tmp_path, **overrides):
@@ -136,59 +137,6 @@ def test_unscorable_rollouts_get_zero_advantage_and_no_weight_in_the_mean():
     got = PODSGRPOTrainer._kept_advantages(trainer, kept, kept.isnan().all(dim=2))
     # mean over the 3 scored rewards is 2/3
     torch.testing.assert_close(got, torch.tensor([[1 / 3, -2 / 3, 0.0, 1 / 3]]))
-
-
-# ---- the contract: only the kept m reach the loss -----------------------------------------
-def check_contract(ranks: list[dict], n: int, m: int, rule="max_variance", scale="group",
-                   weights=None) -> None:
-    """Assert, for every generation of every process, that the loss saw exactly the rows
-    pods.core.downsample keeps from the gathered rewards, with group advantages over them."""
-    world = len(ranks)
-    for g in range(len(ranks[0]["full"])):
-        gathered = torch.tensor(ranks[0]["gathered"][g])  # [W*B, F], the same on every rank
-        w = torch.ones(gathered.shape[1]) if weights is None else torch.tensor(weights)
-        rewards = (gathered * w).sum(1).view(-1, n)  # [P, n]
-        lengths = torch.cat([torch.tensor(rec["full"][g]["completion_mask"]).sum(1)
-                             for rec in ranks]).view(-1, n)  # [P, n] completion tokens
-        idx = downsample(rewards, m, rule, lengths=lengths)  # [P, m]
-        advantages = group_advantages(rewards.gather(1, idx), scale=scale)  # [P, m]
-        kept_tokens = 0
-        for rec in ranks:
-            assert torch.equal(torch.tensor(rec["gathered"][g]), gathered)
-            full, kept = rec["full"][g], rec["kept"][g]
-            B = len(full["completion_ids"])
-            P_local, first = B // n, rec["rank"] * (B // n)
-            assert B == len(gathered) // world and B % n == 0
-            # each group of n is one prompt, on this rank
-            prompts = torch.tensor(full["prompt_ids"]).view(P_local, n, -1)
-            assert (prompts == prompts[:, :1]).all()
-            # this rank's rewards are its slice of the gathered ones
-            local = [values for name, values in rec["local_rewards"] if name == "starts_low"][g]
-            assert local == gathered[first * n : (first + P_local) * n, 0].tolist()
-            rows = (torch.arange(P_local).unsqueeze(1) * n + idx[first : first + P_local])
-            rows = rows.flatten()  # [P_local*m] of this rank's B
-            for key in ("prompt_ids", "completion_ids", "completion_mask"):
-                assert kept[key] == torch.tensor(full[key])[rows].tolist(), key
-            torch.testing.assert_close(torch.tensor(kept["advantages"]),
-                                       advantages[first : first + P_local].flatten())
-            kept_tokens += torch.tensor(kept["completion_mask"]).sum().item()
-            # the micro-batches of this generation are the kept rows, shuffled
-            steps = rec["steps_per_generation"]
-            micro = rec["loss"][g * steps : (g + 1) * steps]
-            assert sum(len(batch["completion_ids"]) for batch in micro) == P_local * m
-            assert Counter(row for batch in micro for row in _rows(batch)) == Counter(_rows(kept))
-        # the loss normaliser counts the kept completion tokens of all ranks
-        for rec in ranks:
-            steps = rec["steps_per_generation"]
-            for batch in [rec["kept"][g], *rec["loss"][g * steps : (g + 1) * steps]]:
-                assert batch["num_items_in_batch"] == kept_tokens
-    assert all(rec["changed"] for rec in ranks)
-
-
-def _rows(batch: dict) -> list[tuple]:
-    """One hashable (prompt, completion, advantage) per rollout of a recorded batch."""
-    return [(tuple(p), tuple(c), round(a, 5)) for p, c, a in
-            zip(batch["prompt_ids"], batch["completion_ids"], batch["advantages"], strict=True)]
 
 
 def test_only_the_kept_rollouts_reach_the_loss(tiny_model_dir, tmp_path, monkeypatch):

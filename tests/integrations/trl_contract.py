@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import zlib
+from collections import Counter
 from pathlib import Path
 
 import torch
 from datasets import Dataset
 from trl import GRPOTrainer
 
+from pods.core.advantages import group_advantages
+from pods.core.downsample import downsample
 from pods.integrations.trl import PODSGRPOConfig, PODSGRPOTrainer
 
 PROMPTS = [f"{a:02d}+{b:02d}=" for a, b in [(7, 85), (12, 34), (50, 50), (99, 1), (3, 4),
@@ -35,6 +39,12 @@ def is_short(completions, **kwargs):
     return [1.0 if len(c) < 3 else 0.0 for c in completions]
 
 
+def coin(completions, **kwargs):
+    """1 or 0 by a hash of the completion: variance in every group of distinct completions,
+    whatever the model (a real model's text rarely starts with a digit)."""
+    return [float(zlib.crc32(c.encode()) % 2) for c in completions]
+
+
 def _rows(batch: dict) -> dict:
     """The JSON-able per-rollout content of a TRL batch dict."""
     return {"prompt_ids": batch["prompt_ids"].tolist(),
@@ -46,11 +56,12 @@ def _rows(batch: dict) -> dict:
 
 def run(model_dir: str, out_dir: str, *, n: int = 8, m: int = 4, per_device: int = 4,
         grad_accum: int = 2, steps: int = 2, rule="max_variance", scale: str = "group",
-        reward_weights: list[float] | None = None, **config) -> dict:
+        reward_weights: list[float] | None = None, rewards: list | None = None,
+        max_completion_length: int = 4, **config) -> dict:
     """Train ``steps`` optimizer steps; return (and write to out_dir/rank{R}.json) the
     records of this process. ``config``: more PODSGRPOConfig fields (e.g. use_vllm)."""
     records = {"full": [], "gathered": [], "local_rewards": [], "kept": [], "loss": []}
-    funcs = [starts_low] if reward_weights is None else [starts_low, is_short]
+    funcs = rewards or ([starts_low] if reward_weights is None else [starts_low, is_short])
 
     def recorded(func):
         def reward(completions, **kwargs):  # called with this process's completions
@@ -85,7 +96,8 @@ def run(model_dir: str, out_dir: str, *, n: int = 8, m: int = 4, per_device: int
     args = PODSGRPOConfig(
         output_dir=out_dir, num_generations=n, pods_m=m, pods_rule=rule,
         per_device_train_batch_size=per_device, gradient_accumulation_steps=grad_accum,
-        max_steps=steps, max_completion_length=4, learning_rate=1e-2, scale_rewards=scale,
+        max_steps=steps, max_completion_length=max_completion_length, learning_rate=1e-2,
+        scale_rewards=scale,
         reward_weights=reward_weights, logging_steps=1, report_to="none", use_cpu=True,
         save_strategy="no", seed=0, disable_tqdm=True, bf16=False, **config)
     dataset = Dataset.from_dict({"prompt": PROMPTS})
@@ -107,6 +119,59 @@ def run(model_dir: str, out_dir: str, *, n: int = 8, m: int = 4, per_device: int
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(records))
     return records
+
+
+def check_contract(ranks: list[dict], n: int, m: int, rule="max_variance", scale="group",
+                   weights=None, reward: str = "starts_low") -> None:
+    """Assert, for every generation of every process, that the loss saw exactly the rows
+    pods.core.downsample keeps from the gathered rewards, with group advantages over them."""
+    world = len(ranks)
+    for g in range(len(ranks[0]["full"])):
+        gathered = torch.tensor(ranks[0]["gathered"][g])  # [W*B, F], the same on every rank
+        w = torch.ones(gathered.shape[1]) if weights is None else torch.tensor(weights)
+        rewards = (gathered * w).sum(1).view(-1, n)  # [P, n]
+        lengths = torch.cat([torch.tensor(rec["full"][g]["completion_mask"]).sum(1)
+                             for rec in ranks]).view(-1, n)  # [P, n] completion tokens
+        idx = downsample(rewards, m, rule, lengths=lengths)  # [P, m]
+        advantages = group_advantages(rewards.gather(1, idx), scale=scale)  # [P, m]
+        kept_tokens = 0
+        for rec in ranks:
+            assert torch.equal(torch.tensor(rec["gathered"][g]), gathered)
+            full, kept = rec["full"][g], rec["kept"][g]
+            B = len(full["completion_ids"])
+            P_local, first = B // n, rec["rank"] * (B // n)
+            assert B == len(gathered) // world and B % n == 0
+            # each group of n is one prompt, on this rank
+            prompts = torch.tensor(full["prompt_ids"]).view(P_local, n, -1)
+            assert (prompts == prompts[:, :1]).all()
+            # this rank's rewards are its slice of the gathered ones
+            local = [values for name, values in rec["local_rewards"] if name == reward][g]
+            assert local == gathered[first * n : (first + P_local) * n, 0].tolist()
+            rows = (torch.arange(P_local).unsqueeze(1) * n + idx[first : first + P_local])
+            rows = rows.flatten()  # [P_local*m] of this rank's B
+            for key in ("prompt_ids", "completion_ids", "completion_mask"):
+                assert kept[key] == torch.tensor(full[key])[rows].tolist(), key
+            torch.testing.assert_close(torch.tensor(kept["advantages"]),
+                                       advantages[first : first + P_local].flatten())
+            kept_tokens += torch.tensor(kept["completion_mask"]).sum().item()
+            # the micro-batches of this generation are the kept rows, shuffled
+            steps = rec["steps_per_generation"]
+            micro = rec["loss"][g * steps : (g + 1) * steps]
+            assert sum(len(batch["completion_ids"]) for batch in micro) == P_local * m
+            seen = Counter(row for batch in micro for row in _row_keys(batch))
+            assert seen == Counter(_row_keys(kept))
+        # the loss normaliser counts the kept completion tokens of all ranks
+        for rec in ranks:
+            steps = rec["steps_per_generation"]
+            for batch in [rec["kept"][g], *rec["loss"][g * steps : (g + 1) * steps]]:
+                assert batch["num_items_in_batch"] == kept_tokens
+    assert all(rec["changed"] for rec in ranks)
+
+
+def _row_keys(batch: dict) -> list[tuple]:
+    """One hashable (prompt, completion, advantage) per rollout of a recorded batch."""
+    return [(tuple(p), tuple(c), round(a, 5)) for p, c, a in
+            zip(batch["prompt_ids"], batch["completion_ids"], batch["advantages"], strict=True)]
 
 
 def _sync_through_reload_weights() -> None:

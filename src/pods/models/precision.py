@@ -3,7 +3,7 @@
 The weights and the optimizer stay in float32, so updates of 1e-6 relative size are not
 rounded away (bfloat16 keeps 8 bits of mantissa: a weight of 1.0 moves only by steps of
 2**-7); the update's forward passes run under ``torch.autocast``, whose matmuls and
-attention run in bfloat16 (AMX on recent Xeon CPUs, tensor cores on GPUs) while the
+attention run in bfloat16 (AVX-512 BF16 or AMX on CPUs, tensor cores on GPUs) while the
 log-softmax and the loss stay float32 (pods.models.logprobs upcasts the logits). The
 backward pass follows the forward's dtypes; gradients land in float32 on the weights.
 
