@@ -3,6 +3,7 @@ import os
 import pytest
 import torch
 
+from fixture_data import FIXTURE_DATA
 from toy_task import EvenStart
 
 
@@ -36,7 +37,6 @@ def _toy_task(monkeypatch):
     monkeypatch.setitem(TASKS, "even_start", EvenStart)
 
 
-FIXTURE_DATA = __import__("pathlib").Path(__file__).parent / "fixtures" / "data"
 CHAT_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
     "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"

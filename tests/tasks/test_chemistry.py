@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from conftest import FIXTURE_DATA
+from fixture_data import FIXTURE_DATA
 from pods.tasks import Problem, get_task
 from pods.tasks.chemistry import (
     SYSTEM_PROMPT,

@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from conftest import FIXTURE_DATA
+from fixture_data import FIXTURE_DATA
 from pods.config import CodeConfig
 from pods.tasks import get_task
 from pods.tasks.code.data import Suite, _private_cases

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from hacks import HACKS
 
-from conftest import FIXTURE_DATA
+from fixture_data import FIXTURE_DATA
 from pods.config import CodeConfig
 from pods.sandbox import run_python
 from pods.sandbox.isolation import MODES, unusable_reason

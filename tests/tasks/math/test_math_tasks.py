@@ -6,7 +6,7 @@ import textwrap
 import pytest
 from transformers import AutoTokenizer
 
-from conftest import FIXTURE_DATA
+from fixture_data import FIXTURE_DATA
 from pods.rollout.prompts import drop_long_prompts, render_prompts
 from pods.tasks import get_task
 from pods.tasks.math.rewards import (
