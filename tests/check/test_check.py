@@ -128,3 +128,20 @@ def test_the_default_hub_model_offline_fails_with_the_loading_reason(tmp_path, m
     (row,) = report["modes"]
     assert row["status"] == "failed"
     assert "could not load the model 'Qwen/Qwen2.5-0.5B-Instruct'" in row["reason"]
+
+
+def test_gguf_file_is_checked_before_any_mode_and_reaches_every_mode(tmp_path, capsys):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "other.gguf").write_bytes(b"")
+    out = tmp_path / "check"
+    assert main(["check", "--model", str(folder), "--gguf-file", "model.Q4.gguf",
+                 "--out", str(out)]) == 2
+    assert f"{folder} holds no GGUF file model.Q4.gguf; it holds other.gguf" \
+        in capsys.readouterr().err
+    assert not out.exists()  # refused before any mode started
+    settings = {"model": str(folder), "gguf_file": "other.gguf", "task": "gsm8k",
+                "data_dir": None, "device": "cpu", "dtype": "auto", "steps": 1, "n": 4,
+                "m": 2, "prompts_per_step": 1, "eval_size": 2, "max_new_tokens": 8}
+    config = check_run.mode_config(Mode("hf-full", {"engine": "hf"}), settings, out)
+    assert config["gguf_file"] == "other.gguf" and config["model"] == str(folder)

@@ -3,6 +3,7 @@ resumes.jsonl; anything that changes how steps are made is refused before work s
 whether it comes from a flag or from an edit of the run folder's config.yaml."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -67,3 +68,34 @@ def test_an_allowed_edit_of_config_yaml_is_recorded_too(run):
     (run / "config.yaml").write_text(yaml.safe_dump({**values, "max_steps": 3}))
     resume(run)
     assert history(run)[0]["changed"] == {"max_steps": {"from": 2, "to": 3}}
+
+
+def test_local_paths_are_recorded_absolute_so_a_resume_from_another_folder_finds_them(
+        tiny_model_dir, tmp_path, monkeypatch):
+    """`pods train --model ./model` in one folder, `pods train --resume` from another: the
+    run folder names the model by its absolute path, so the resume loads the same files."""
+    tiny_model_dir = Path(tiny_model_dir)
+    monkeypatch.chdir(tiny_model_dir.parent)
+    run = train(config(f"./{tiny_model_dir.name}", tmp_path, max_steps=1,
+                       data_dir=f"{tmp_path}/../{tmp_path.name}"))
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["model"] == str(tiny_model_dir.resolve())
+    assert saved["data_dir"] == str(tmp_path.resolve())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    resume(run, {"max_steps": 2})
+    assert history(run)[0]["changed"] == {"max_steps": {"from": 1, "to": 2}}
+
+
+def test_hub_ids_built_in_names_and_missing_paths_stay_as_given(tmp_path, monkeypatch):
+    from pods.config import from_dict
+    from pods.train.resumes import anchored
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny").mkdir()  # a folder named like the embedded model: still the built-in
+    for model in ["tiny", "smollm2", "Qwen/Qwen2.5-0.5B-Instruct", "./not-there"]:
+        assert anchored(from_dict({"model": model})).model.name == model
+    assert anchored(from_dict({"model": "org/model", "task": "custom",
+                                "data_file": "gone.jsonl"})).task.data_file \
+        == "gone.jsonl"

@@ -35,6 +35,8 @@ def add_parser(sub) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL, help="hub id, folder, .gguf file, "
                    "smollm2 (pods fetch), or 'tiny' (the embedded model: offline, with the "
                    "arithmetic task)")
+    p.add_argument("--gguf-file", default=None, help="GGUF file to read inside the --model "
+                   "folder or hub repo (as pods train --gguf-file)")
     p.add_argument("--task", default=None, help="default: arithmetic for tiny, else gsm8k")
     p.add_argument("--data-dir", default=None, help="local data files (offline machines)")
     p.add_argument("--device", default="auto")
@@ -57,12 +59,12 @@ def add_parser(sub) -> None:
 def command(args: argparse.Namespace) -> int:
     from pods.models.source import source_problem
 
-    problem = source_problem(args.model, None)  # before any mode starts its process
+    problem = source_problem(args.model, args.gguf_file)  # before any mode starts its process
     if problem:
         raise ValueError(problem)
     tiny = args.model == "tiny"
-    settings = {"model": args.model, "task": args.task or ("arithmetic" if tiny else "gsm8k"),
-                "data_dir": args.data_dir, "device": args.device, "dtype": args.dtype,
+    settings = {"model": args.model, "gguf_file": args.gguf_file,
+                "task": args.task or ("arithmetic" if tiny else "gsm8k"), "data_dir": args.data_dir, "device": args.device, "dtype": args.dtype,
                 "steps": args.steps, "n": args.n, "m": args.m,
                 "prompts_per_step": args.prompts_per_step, "eval_size": args.eval_size,
                 "max_new_tokens": args.max_new_tokens or (8 if tiny else 256)}
@@ -121,8 +123,8 @@ def mode_config(mode: Mode, settings: dict[str, Any], out: Path) -> dict[str, An
     evaluation at the start and one at the end, a checkpoint at the end."""
     prompts = settings["prompts_per_step"]
     prompts = -(-prompts // mode.procs) * mode.procs  # whole groups on every rank
-    values = {"model": settings["model"], "task": settings["task"],
-              "data_dir": settings["data_dir"], "device": settings["device"],
+    values = {"model": settings["model"], "gguf_file": settings.get("gguf_file"),
+              "task": settings["task"], "data_dir": settings["data_dir"], "device": settings["device"],
               "dtype": settings["dtype"], "n": settings["n"], "m": settings["m"],
               "prompts_per_step": prompts, "max_new_tokens": settings["max_new_tokens"],
               "eval_size": settings["eval_size"], "max_steps": settings["steps"],

@@ -25,6 +25,12 @@ from pathlib import Path
 from pods.models.fetch import FETCHABLE, fetch
 
 
+def is_builtin(name: str) -> bool:
+    """Whether ``name`` is the embedded model or one pods fetches (never a path, even where
+    a folder of that name exists)."""
+    return name == "tiny" or name in FETCHABLE
+
+
 def is_local(name: str) -> bool:
     """Whether ``name`` means a path on this machine rather than a hub id ("org/name"):
     it exists, starts like a path (/, ., ~), has more than one "/" or names a .gguf file."""
@@ -36,7 +42,7 @@ def source_problem(name: str, gguf_file: str | None) -> str | None:
     """What is wrong with ``--model name`` (and ``--gguf-file``) that can be told without
     loading anything, else None: a local path that does not exist, a GGUF file missing
     from its folder, a .gguf file named twice."""
-    if name == "tiny" or name in FETCHABLE:
+    if is_builtin(name):
         if gguf_file:
             return f"--gguf-file {gguf_file} names a file inside a --model folder, but " \
                    f"{name!r} is a built-in model; drop --gguf-file."

@@ -12,11 +12,16 @@ Every resume appends one line to ``resumes.jsonl`` in the run folder: when, from
 checkpoint, and each changed key with its value before and after. ``config.yaml`` holds the
 values in force now; the values the first steps were made with are the ``from`` of the
 first change of each key (and every checkpoint holds the config it was written with).
+
+Local paths (the model, data_dir, data_file) are recorded absolute (``anchored``): a
+``--model ./ckpt`` given in one folder still means the same files when the run is resumed
+from another.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -38,6 +43,23 @@ MAY_CHANGE = {
     "model": "where its files are", "data_dir": "where its files are",
     "data_file": "where its files are",
 }
+
+
+def anchored(config: TrainConfig) -> TrainConfig:
+    """``config`` with its local paths absolute, as the working directory reads them now:
+    the model (a folder or .gguf file that exists, not a built-in name), data_dir and
+    data_file. Hub ids, built-in names and paths that do not exist stay as given."""
+    from pods.models.source import is_builtin
+
+    def absolute(path: str | None) -> str | None:
+        if path is None or not os.path.exists(os.path.expanduser(path)):
+            return path
+        return str(Path(path).expanduser().resolve())
+
+    model = config.model.name
+    return config.replace(model=model if is_builtin(model) else absolute(model),
+                          data_dir=absolute(config.task.data_dir),
+                          data_file=absolute(config.task.data_file))
 
 
 def checkpoint_config(checkpoint: Path | None) -> dict[str, Any] | None:

@@ -35,7 +35,7 @@ from pods.train.checkpoint import (
 from pods.train.distributed import RankFailure
 from pods.train.metrics import MetricsWriter, run_summary, truncate_metrics
 from pods.train.progress import Progress, plot_curve
-from pods.train.resumes import checkpoint_config, describe, record_resume, resume_config
+from pods.train.resumes import anchored, checkpoint_config, describe, record_resume, resume_config
 from pods.train.trainer import Trainer
 
 
@@ -231,6 +231,7 @@ class Run:
 
 def train(config: TrainConfig, log=print) -> Path:
     """Train a new run into ``out_dir/run_name`` and return the run folder."""
+    config = anchored(config)  # config.yaml names the same files from any folder
     out_dir, name = Path(config.run.out_dir), config.run.run_name
     if name:
         _check_new(out_dir / name)
@@ -284,6 +285,7 @@ def resume(run_dir: str | Path, overrides: dict | None = None, log=print) -> Pat
     written_with = next((checkpoint_config(c) for c in checkpoints
                          if (c / "config.yaml").is_file()), None)
     config, changed = resume_config(run_dir, written_with, overrides or {})
+    config = anchored(config)
     run = Run(Trainer(config, run_dir, log=log))
     checkpoint = run.restore_newest(checkpoints) if checkpoints else None
     if run.dist.is_main:  # only once the run can go on, as in train()
