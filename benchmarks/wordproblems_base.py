@@ -8,7 +8,7 @@ accuracy the <think>/<answer> layout). Each level's first ``--size`` test proble
 ``--temperatures`` (0 = greedy, as evaluation during training; 0.9, as `pods eval` and the
 paper), sampled ``--repeats`` times.
 
-    python benchmarks/wordproblems_base.py --model /work/cache/smollm2/hf --size 50
+    python benchmarks/wordproblems_base.py --model smollm2 --size 50
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from pods.tasks.wordproblems import WordProblems, parse_levels
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="hub id or model folder")
+    parser.add_argument("--model", required=True,
+                        help="hub id, model folder, .gguf file or smollm2 (pods fetch)")
     parser.add_argument("--levels", default="1,2,3,4")
     parser.add_argument("--size", type=int, default=50, help="test problems per level")
     parser.add_argument("--temperatures", default="0,0.9")

@@ -64,7 +64,8 @@ def command(args: argparse.Namespace) -> int:
         raise ValueError(problem)
     tiny = args.model == "tiny"
     settings = {"model": args.model, "gguf_file": args.gguf_file,
-                "task": args.task or ("arithmetic" if tiny else "gsm8k"), "data_dir": args.data_dir, "device": args.device, "dtype": args.dtype,
+                "task": args.task or ("arithmetic" if tiny else "gsm8k"),
+                "data_dir": args.data_dir, "device": args.device, "dtype": args.dtype,
                 "steps": args.steps, "n": args.n, "m": args.m,
                 "prompts_per_step": args.prompts_per_step, "eval_size": args.eval_size,
                 "max_new_tokens": args.max_new_tokens or (8 if tiny else 256)}
@@ -124,7 +125,8 @@ def mode_config(mode: Mode, settings: dict[str, Any], out: Path) -> dict[str, An
     prompts = settings["prompts_per_step"]
     prompts = -(-prompts // mode.procs) * mode.procs  # whole groups on every rank
     values = {"model": settings["model"], "gguf_file": settings.get("gguf_file"),
-              "task": settings["task"], "data_dir": settings["data_dir"], "device": settings["device"],
+              "task": settings["task"], "data_dir": settings["data_dir"],
+              "device": settings["device"],
               "dtype": settings["dtype"], "n": settings["n"], "m": settings["m"],
               "prompts_per_step": prompts, "max_new_tokens": settings["max_new_tokens"],
               "eval_size": settings["eval_size"], "max_steps": settings["steps"],
