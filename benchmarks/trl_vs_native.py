@@ -58,15 +58,14 @@ def native(P: int, n: int, m: int, steps: int, beta: float = 0.0) -> list[dict]:
                          lr=LR, max_new_tokens=MAX_NEW_TOKENS, temperature=TEMPERATURE,
                          max_steps=steps, max_time=None, device="cpu", progress=False,
                          seed=SEED, beta=beta))
-    with tempfile.TemporaryDirectory() as run_dir:
-        trainer = Trainer(config, Path(run_dir), log=lambda *args, **kwargs: None)
-        records = []
-        for _ in range(steps):
-            start = time.perf_counter()
-            out = trainer.step()
-            record = {"step": time.perf_counter() - start}
-            record.update({phase: out[f"time/{phase}"] for phase in PHASES})
-            records.append(record)
+    trainer = Trainer(config, log=lambda *args, **kwargs: None)
+    records = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        out = trainer.step()
+        record = {"step": time.perf_counter() - start}
+        record.update({phase: out[f"time/{phase}"] for phase in PHASES})
+        records.append(record)
     return records
 
 

@@ -37,7 +37,7 @@ def main() -> None:
     args = parser.parse_args()
 
     device = resolve_device("cpu")
-    model, tokenizer = load_policy(args.model, None, device, ModelConfig(dtype="float32"))
+    model, tokenizer = load_policy(args.model, device, ModelConfig(dtype="float32"))
     engine = HFEngine(model, tokenizer, args.batch)
     rows = []
     for temperature in map(float, args.temperatures.split(",")):

@@ -255,3 +255,20 @@ def test_eval_and_export_fall_back_from_an_unreadable_checkpoint(tiny_model_dir,
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"pods eval: error: checkpoint {run / 'checkpoints' / 'step_000002'} cannot be " \
            f"read (" in result.stderr
+
+
+def test_without_the_train_extra_help_works_and_train_names_the_extra(tmp_path):
+    """A core install (torch, numpy, PyYAML): `pods --help` works; `pods train` stops with
+    one line naming the extra to install (here transformers is made unimportable)."""
+    code = ("import sys; sys.modules['transformers'] = None; from pods.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    run = [sys.executable, "-c", code]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    helped = subprocess.run([*run, "--help"], capture_output=True, text=True, env=env)
+    assert helped.returncode == 0 and "train" in helped.stdout
+    done = subprocess.run([*run, "train", "--max-steps", "1", "--out-dir", str(tmp_path)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "pods train: error: transformers is not installed; `pip install 'pods-rl[train]'` "
+        "brings it (the core install has the config, the CLI and the math of pods.core)."]

@@ -19,9 +19,6 @@ from runs import flat
     (dict(max_kept_per_group=8), "max_kept_per_group=8 needs selection batch"),
     (dict(selection="batch", n=16, max_kept_per_group=17), "from 2 to n=16"),
     (dict(m=0), "m=0 must be at least 1"),
-    (dict(rule="max_var"),
-     "unknown rule 'max_var'; use one of max_abs_advantage, max_reward, max_variance"),
-    (dict(task="gsm9k"), "unknown task 'gsm9k'; use one of"),
     (dict(max_steps=None, max_time=None), "no budget"),
     (dict(max_time=-5.0), "max_time=-5.0 must be positive"),
     (dict(max_steps=0), "max_steps=0 must be positive"),
@@ -30,13 +27,39 @@ from runs import flat
     (dict(adv_scale="global"), "unknown adv_scale"),
     (dict(eval_every=0.0), "eval_every=0.0 must be positive"),
     (dict(lr=-1.0), "lr=-1.0 must be positive"),
-    (dict(task="gsm8k"), "'tiny' only knows the arithmetic task"),
     (dict(model="x", task="custom"), "task custom needs --data-file"),
     (dict(model="x", task="custom", data_file="f.jsonl", reward_fn="mod"), "module:function"),
 ])
 def test_invalid_values_say_what_to_change(overrides, message):
     with pytest.raises(ValueError, match=message):
         from_dict(overrides)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(rule="max_var"),
+     "unknown rule 'max_var'; use one of max_abs_advantage, max_reward, max_variance"),
+    (dict(task="gsm9k"), "unknown task 'gsm9k'; use one of amc23, arithmetic"),
+    (dict(task="gsm8k"), "'tiny' only knows the arithmetic task"),
+    (dict(model="x", task="wordproblems", word_levels="1,9"), "level"),
+    (dict(engine="sglang"), "unknown engine 'sglang'; use one of auto, hf, vllm"),
+    (dict(report_to="wandb,neptune"), "unknown tracker 'neptune' in report_to"),
+])
+def test_registry_names_are_checked_by_their_components(overrides, message, tmp_path):
+    """The names an open registry holds (rules, tasks, engines, trackers) are checked by
+    the component that owns it, before anything loads: by train() and by pods compare."""
+    from pods.experiments.compare import CompareSpec
+    from pods.train.checks import check
+    from pods.train.run import train
+
+    config = from_dict(overrides)  # config itself does not know the registries
+    with pytest.raises(ValueError, match=f"invalid config: .*{message}"):
+        check(config)
+    with pytest.raises(ValueError, match=message):
+        train(config.replace(out_dir=str(tmp_path), run_name="r"))
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(ValueError, match=f"variant 'v' \\(seed 0\\): .*{message}"):
+        CompareSpec(variants={"v": overrides}, seeds=[0], baseline="v")
+    assert check(from_dict({})) == from_dict({})
 
 
 def test_unknown_field():

@@ -51,9 +51,6 @@ def test_the_smollm2_examples_are_marked_for_the_real_model_tests():
     marked = {name.rsplit(":", 1)[0] for name, _, _, needs in examples()
               if needs and needs.startswith(SMOLLM2)}
     assert marked == {"docs/guides/llms.md", "docs/guides/tasks.md"}
-    for name, _, code, needs in examples():
-        if "--model smollm2" in code or "pods fetch smollm2" in code:
-            assert needs and (needs.startswith(SMOLLM2) or "35 minutes" in needs), name
 
 
 def test_marker_is_read_from_admonitions_and_quotes():

@@ -4,10 +4,10 @@ import torch
 
 from pods.evaluation import evaluate, scores, summarize
 from pods.rollout import HFEngine
-from pods.tasks import Problem
+from pods.tasks import Problem, Task
 
 
-class Exact:
+class Exact(Task):
     """Reward 1 for the exact answer; the layout is "starts with a digit"."""
 
     def reward(self, completion, problem):

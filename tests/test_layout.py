@@ -11,33 +11,72 @@ MODULES = {".".join(p.relative_to(SRC.parent).with_suffix("").parts).removesuffi
            for p in SRC.rglob("*.py")}
 
 
-def imports_at_load(path: Path) -> set[str]:
-    """The pods modules a module imports when it is loaded (top level, not inside functions
-    or TYPE_CHECKING blocks)."""
-    found = set()
-    for node in ast.parse(path.read_text()).body:
+def _type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def imports(name: str, path: Path) -> set[str]:
+    """Every pods module that module ``name`` names in an import statement: at the top and
+    inside functions alike (a deferred import is still a dependency), skipping only
+    ``if TYPE_CHECKING:`` blocks, which never run. Relative imports are resolved; a name
+    imported from a package counts as its module where it is one."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def walk(node: ast.AST) -> None:
+        if _type_checking(node):
+            return
         names = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        found |= {n for n in names if n in MODULES}
-    return found
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        found.update(n for n in names if n in MODULES)
+        for child in ast.iter_child_nodes(node):
+            walk(child)
+
+    walk(ast.parse(path.read_text()))
+    return found - {name}
 
 
-def test_no_import_cycles():
-    graph = {name: imports_at_load(path) - {name} for name, path in MODULES.items()}
+GRAPH = {name: imports(name, path) for name, path in MODULES.items()}
+
+
+def test_no_import_cycles_deferred_imports_included():
+    """No module reaches itself through the modules it imports. (Python also loads a
+    module's parent packages first; those implicit edges are not counted: a registry in a
+    package's __init__ importing its submodules on demand is the point of the layout.)"""
     done: set[str] = set()
 
     def visit(name: str, stack: list[str]) -> None:
-        for nxt in sorted(graph[name]):
+        for nxt in sorted(GRAPH[name]):
             assert nxt not in stack, f"import cycle: {' -> '.join([*stack, nxt])}"
             if nxt not in done:
                 visit(nxt, [*stack, nxt])
         done.add(name)
 
-    for name in sorted(graph):
+    for name in sorted(GRAPH):
         visit(name, [name])
+
+
+def test_the_scan_sees_deferred_and_relative_imports(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                      "    import pods.train\n\ndef f():\n    from pods.config import checks\n")
+    assert imports("pods.x", module) == {"pods.config", "pods.config.checks"}
+    assert "pods.train.checks" in GRAPH["pods.train.trainer"]  # a top-level import
+
+
+def test_config_depends_on_nothing_above_it():
+    """pods.config imports only itself and pods.core (the loss's and advantages' fixed
+    choices): the components import their config groups, never the other way round."""
+    above = {name: sorted(t for t in targets if not t.startswith(("pods.config", "pods.core")))
+             for name, targets in GRAPH.items() if name.startswith("pods.config")}
+    assert not any(above.values()), above
 
 
 def test_modules_are_short_and_few_sit_at_the_top():

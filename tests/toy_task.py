@@ -1,7 +1,10 @@
 """A toy task for tests (also registered by distributed_worker.py in launched processes)."""
 
 
-class EvenStart:
+from pods.tasks import Task
+
+
+class EvenStart(Task):
     """Arithmetic prompts, but a reward an untrained model earns about half the time
     (the completion starts with a digit below 5), so groups have reward variance."""
 

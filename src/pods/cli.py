@@ -33,6 +33,11 @@ EVAL_FIELDS = [key for key, leaf in LEAVES.items()
                if leaf.path[0] == "task" and key != "task"] + ["gguf_file", "dtype"]
 
 
+# what the train extra installs (pyproject.toml), by import name
+TRAIN_EXTRA = ("transformers", "peft", "accelerate", "datasets", "math_verify", "matplotlib",
+               "scipy", "gguf")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -40,6 +45,13 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except ValueError as error:  # bad input: say what to change, no traceback
         print(f"pods {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as error:
+        if error.name not in TRAIN_EXTRA:
+            raise
+        print(f"pods {args.command}: error: {error.name} is not installed; `pip install "
+              f"'pods-rl[train]'` brings it (the core install has the config, the CLI and "
+              f"the math of pods.core).", file=sys.stderr)
         return 2
     except (RankFailure, CheckpointWriteError) as error:  # say where the run stands
         print(f"pods {args.command}: error: {error}", file=sys.stderr)

@@ -71,8 +71,9 @@ def scores(task, problems, texts, mask, repeats,
         "reward_mean": rewards,
         "completion_len": mask.sum(1).double().tolist(),
     }
-    if hasattr(task, "format_ok"):  # tasks that ask for a layout (the math tasks' tags)
-        layout = [float(task.format_ok(text)) for text, _ in completions]
+    layout = [task.format_ok(text) for text, _ in completions]  # None: no layout asked for
+    if completions and None not in layout:  # the math tasks' tags, the code tasks' fence
+        layout = [float(ok) for ok in layout]
         metrics["format_accuracy"] = layout
         metrics["both_accuracy"] = [c * f for c, f in zip(metrics["accuracy"], layout,
                                                           strict=True)]
@@ -83,9 +84,8 @@ def scores(task, problems, texts, mask, repeats,
 def _correct(task, completion: str, problem: Problem, reward: float) -> bool:
     """The task's own correctness check where it has one (the math tasks: the answer
     alone, without format bonuses), else a reward of at least 1."""
-    if hasattr(task, "correct"):
-        return bool(task.correct(completion, problem))
-    return reward >= 1.0
+    verdict = task.correct(completion, problem)
+    return reward >= 1.0 if verdict is None else bool(verdict)
 
 
 def evaluate_path(path: str, tasks: list[str] | None = None, repeats: int = 5,
@@ -151,10 +151,10 @@ def _load(path: str, source: Path | None, checkpoints: list[Path] | None, cfg, t
     from pods.train.checkpoint import first_readable
 
     if source is None:
-        return (path, *load_policy(path, task, device, cfg.model))
+        return (path, *load_policy(path, device, cfg.model))
 
     def load(model_dir: Path):
-        return load_saved_policy(model_dir, cfg.model.name, task, device, cfg.model)
+        return load_saved_policy(model_dir, cfg.model.name, device, cfg.model)
 
     if not checkpoints:
         return (source, *load(source))

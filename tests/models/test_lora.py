@@ -9,7 +9,6 @@ from transformers import AutoModelForCausalLM
 from pods.config import from_dict
 from pods.models.export import export_checkpoint
 from pods.models.policy import load_saved_policy
-from pods.tasks import get_task
 from pods.train.metrics import read_metrics
 from pods.train.run import resume, train
 from pods.train.trainer import Trainer
@@ -26,7 +25,7 @@ def test_lora_run_trains_only_the_adapter(tiny_model_dir, tmp_path):
     assert adapter and all("lora_" in k for k in adapter)
     assert any("lora_B" in k and v.abs().sum() > 0 for k, v in adapter.items())  # B starts at 0
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
-    model, _ = load_saved_policy(saved, tiny_model_dir, get_task("even_start"),
+    model, _ = load_saved_policy(saved, tiny_model_dir,
                                  torch.device("cpu"), from_dict(LORA).model)
     frozen = {k.replace(".base_layer", ""): v
               for k, v in model.get_base_model().state_dict().items() if "lora_" not in k}
@@ -37,7 +36,7 @@ def test_lora_run_trains_only_the_adapter(tiny_model_dir, tmp_path):
 
 def test_kl_reference_is_the_adapter_disabled_base(tiny_model_dir, tmp_path):
     cfg = config(tiny_model_dir, tmp_path, beta=0.1, **LORA)
-    trainer = Trainer(cfg, tmp_path / "t", log=lambda *_: None)
+    trainer = Trainer(cfg, log=lambda *_: None)
     assert trainer.ref_model is None  # no second copy of the weights
     run = train(cfg.replace(run_name="kl"))
     assert read_metrics(run / "metrics.jsonl", "step")[-1]["loss/kl"] > 0
@@ -59,8 +58,8 @@ def test_export_merges_the_adapter(tiny_model_dir, tmp_path):
     merged = AutoModelForCausalLM.from_pretrained(out)
     assert not (out / "adapter_config.json").exists()
     peft_model, tokenizer = load_saved_policy(
-        run / "checkpoints" / "step_000002" / "model", tiny_model_dir, get_task("even_start"),
-        torch.device("cpu"), from_dict(LORA).model)
+        run / "checkpoints" / "step_000002" / "model", tiny_model_dir, torch.device("cpu"),
+        from_dict(LORA).model)
     ids = tokenizer(["12+34="], return_tensors="pt")["input_ids"]
     with torch.no_grad():
         torch.testing.assert_close(merged(ids).logits, peft_model(ids).logits, atol=1e-5,

@@ -18,7 +18,6 @@ from launch import saved_tensors
 from pods.cli import main
 from pods.config import load_yaml
 from pods.models.policy import load_policy
-from pods.tasks import get_task
 from pods.train.metrics import read_metrics
 
 BUDGET = ["--task", "arithmetic", "--n", "2", "--m", "2", "--prompts-per-step", "1",
@@ -30,14 +29,13 @@ TENSORS = 272  # the embeddings (tied to lm_head: stored once), 30 layers of 9, 
 def test_the_gguf_file_loads_as_its_converted_folder(smollm2):
     """The .gguf file itself as --model: converted into this session's (empty) cache, it
     gives the fetched folder's weights exactly, its chat template, and tied embeddings."""
-    task = get_task("arithmetic")
-    model, tokenizer = load_policy(str(smollm2.gguf), task, torch.device("cpu"))
+    model, tokenizer = load_policy(str(smollm2.gguf), torch.device("cpu"))
     assert type(model).__name__ == "LlamaForCausalLM"
     assert sum(p.numel() for p in model.parameters()) == 134_515_008
     assert model.lm_head.weight is model.model.embed_tokens.weight
     assert "<|im_start|>" in tokenizer.chat_template
     assert Path(model.name_or_path).parent.name == "gguf"  # the session's cache, not the user's
-    cached, _ = load_policy(str(smollm2.folder), task, torch.device("cpu"))
+    cached, _ = load_policy(str(smollm2.folder), torch.device("cpu"))
     theirs = cached.state_dict()
     assert all(torch.equal(w, theirs[k]) for k, w in model.state_dict().items())
     assert not list(smollm2.folder.glob("*.gguf"))

@@ -5,13 +5,13 @@ import math
 import numpy as np
 import pytest
 
-from pods.tasks import Problem
+from pods.tasks import Problem, Task
 from pods.tasks.scoring import RewardError, Scorer, checked_reward
 
 PROBLEM = Problem("12+30=", "24")
 
 
-class Returns:
+class Returns(Task):
     """A task whose reward returns (or raises) what it is given."""
 
     reward_name = "my_rewards:judge"
@@ -46,7 +46,7 @@ def test_finite_numbers_of_any_numeric_type_are_rewards(value):
 
 
 def test_a_task_without_a_reward_name_is_named_by_its_class():
-    class Plain:
+    class Plain(Task):
         def reward(self, completion, problem):
             raise ValueError("boom")
 
@@ -57,7 +57,7 @@ def test_a_task_without_a_reward_name_is_named_by_its_class():
 def test_zero_policy_scores_zero_counts_and_warns_once():
     warnings = []
 
-    class Flaky:
+    class Flaky(Task):
         def reward(self, completion, problem):
             return float("nan") if completion == "bad" else 1.0
 
@@ -72,7 +72,7 @@ def test_zero_policy_scores_zero_counts_and_warns_once():
         Scorer(Flaky(), "skip")
 
 
-class Ungradable:
+class Ungradable(Task):
     """A task whose grader fails to compare every answer containing '?'."""
 
     def __init__(self, workers=1):
@@ -103,7 +103,7 @@ def test_math_grading_failures_reach_the_scores(monkeypatch):
     from pods.tasks.math import grader
     from pods.tasks.math.rewards import math_reward
 
-    class Math:
+    class Math(Task):
         def reward(self, completion, problem):
             return math_reward(completion, problem.answer)
 

@@ -93,6 +93,8 @@ def test_the_task_mixes_the_chosen_levels_round_robin():
 
 
 def test_levels_option_and_its_checks():
+    from pods.train.checks import check
+
     assert parse_levels("3, 1,3") == (1, 3)
     for bad in ("", "0", "6", "one"):
         with pytest.raises(ValueError, match="word_levels"):
@@ -101,10 +103,11 @@ def test_levels_option_and_its_checks():
     assert config.task.levels == "2,4"  # YAML lists and numbers become the flat text
     assert get_task("wordproblems", config.task).levels == (2, 4)
     assert from_dict({"model": "m", "word_levels": 2}).task.levels == "2"
+    # the task's own checks, made before a run loads anything (pods.train.checks)
     with pytest.raises(ValueError, match="word_levels '7'"):
-        from_dict({"model": "m", "task": "wordproblems", "word_levels": "7"})
+        check(from_dict({"model": "m", "task": "wordproblems", "word_levels": "7"}))
     with pytest.raises(ValueError, match="embedded model 'tiny'"):
-        from_dict({"task": "wordproblems"})
+        check(from_dict({"task": "wordproblems"}))
 
 
 def test_reward_is_the_papers_math_reward():

@@ -108,7 +108,7 @@ def test_prompts_must_split_evenly_over_the_ranks(tiny_model_dir, tmp_path, monk
                          max_steps=1, out_dir=str(tmp_path)))
     with pytest.raises(ValueError, match="prompts_per_step=3 does not split over 2 "
                                          "processes.*multiple of 2"):
-        Trainer(config, tmp_path)
+        Trainer(config)
 
 
 def test_one_device_name_is_refused_for_several_processes():

@@ -13,7 +13,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from pods.config import from_dict, load_yaml
+from pods.config import LEAVES, from_dict, load_yaml
 from pods.train.metrics import read_metrics
 from pods.train.run import resume
 
@@ -27,9 +27,10 @@ def test_an_old_flat_config_file_reads_into_the_groups():
     assert config.task.math.format == 0.1 and config.run.run_name == "v0_flat_config"
     old = yaml.safe_load((OLD / "config.yaml").read_text())
     assert {k: v for k, v in config.to_dict().items() if k in old} == old  # same values
-    assert set(config.to_dict()) - set(old) == {"parallelism", "lr_schedule", "warmup_frac",
-                                                "lr_floor", "gguf_file", "word_levels"}
-    # the keys added since; each takes a default that reads the old run as it was
+    added = set(config.to_dict()) - set(old)  # the keys added since take their defaults
+    assert {"parallelism", "gguf_file", "word_levels"} <= added
+    assert {k: v for k, v in config.to_dict().items() if k in added} == \
+        {k: LEAVES[k].default for k in added}
 
 
 def test_an_old_run_folder_resumes(tiny_model_dir, tmp_path):

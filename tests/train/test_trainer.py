@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from pods.tasks import Task
 from pods.tasks.scoring import Scores
 from pods.train import run as run_module
 from pods.train import selection as selection_module
@@ -203,7 +204,7 @@ def test_a_model_that_cannot_load_leaves_no_run_folder(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-class FailsOnCall:
+class FailsOnCall(Task):
     """The toy task's reward, raising (or returning NaN) on the k-th call only."""
 
     def __init__(self, k: int, value=None):

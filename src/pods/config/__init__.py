@@ -1,6 +1,8 @@
 """The training configuration: ``TrainConfig``, nested frozen dataclasses, one group per
 concern (``groups``); its flat keys for YAML files, flags and run folders (``flat``,
-``files``); and every check with an actionable message (``checks``).
+``files``); and every check with an actionable message (``checks``). ``TrainConfig``
+(``train``) is built on the groups, the flat view and the checks; none of them imports
+anything of pods outside this package except ``pods.core``'s fixed choices.
 
     from pods.config import from_dict
     cfg = from_dict({"n": 64, "m": 16, "lr": 1e-6})   # flat keys, as in a YAML file
@@ -17,7 +19,6 @@ from pods.config.files import (
     read_yaml,
     save_yaml,
 )
-from pods.config.flat import LEAVES, as_number, describe_fields, from_dict, type_problem
 from pods.config.groups import (
     CodeConfig,
     EvalConfig,
@@ -30,7 +31,14 @@ from pods.config.groups import (
     SelectionConfig,
     TaskConfig,
     TrackingConfig,
+)
+from pods.config.train import (
+    LEAVES,
     TrainConfig,
+    as_number,
+    describe_fields,
+    from_dict,
+    type_problem,
 )
 
 __all__ = ["LEAVES", "CodeConfig", "EvalConfig", "LossConfig", "MathRewardConfig",

@@ -1,19 +1,35 @@
-"""Every check of a ``TrainConfig``, in one place, each failure saying what to change.
+"""The checks of a ``TrainConfig`` made when it is built, each failure saying what to change.
 
-Types first (per flat key), then values; the checks that span groups (m against n, the tiny
-model against the task, micro-batches against P*m) sit here beside the others."""
+Types first (per flat key), then values; the checks that span groups (m against n,
+micro-batches against P*m) sit here beside the others. The names of open registries (rule,
+task, engine, trackers) are checked by the components that own them, before anything loads
+(``pods.train.checks``): this package imports nothing above it (``pods.core`` below it
+holds the loss's and advantages' fixed choices)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from pods.config.flat import LEAVES, get, type_problem
-from pods.config.groups import MIXED_PRECISIONS, TrainConfig
+from pods.config.flat import get, leaves, type_problem
+from pods.config.groups import (
+    CODE_REWARDS,
+    DTYPES,
+    MIXED_PRECISIONS,
+    PARALLELISMS,
+    REWARD_ERRORS,
+    SCHEDULES,
+    SCOPES,
+)
+
+if TYPE_CHECKING:  # never imported when running: pods.config.train imports this module
+    from pods.config.train import TrainConfig
 
 
 def problems(c: TrainConfig) -> Iterator[str]:
     """Yield a message for each invalid field (the first one is raised)."""
-    typed = [p for p in (type_problem(k, get(c, k)) for k in LEAVES) if p]
+    typed = [p for p in (type_problem(leaf, get(c, key))
+                         for key, leaf in leaves(type(c)).items()) if p]
     if typed:  # the checks below compare values, which needs the right types
         yield from typed
         return
@@ -21,7 +37,7 @@ def problems(c: TrainConfig) -> Iterator[str]:
     yield from _choices(c)
     yield from _budget(c)
     yield from _ranges(c)
-    yield from _model_and_task(c)
+    yield from _task_files(c)
 
 
 def _counts(c: TrainConfig) -> Iterator[str]:
@@ -43,8 +59,10 @@ def _counts(c: TrainConfig) -> Iterator[str]:
               f"{r.prompts_per_step}*{s.m} = {c.kept_per_step}; lower it."
 
 
-def _one_of(key: str, value: str, known) -> Iterator[str]:
-    """``known``: a registry (dict, listed sorted) or a tuple of choices (listed in order)."""
+def one_of(key: str, value: str, known) -> Iterator[str]:
+    """The message for a ``value`` of ``key`` outside ``known``: a registry (dict, listed
+    sorted) or a tuple of choices (listed in order). The components check their registries'
+    names with it too (pods.train.checks)."""
     if value not in known:
         names = sorted(known) if isinstance(known, dict) else known
         yield f"unknown {key} {value!r}; use one of {', '.join(names)}."
@@ -52,35 +70,24 @@ def _one_of(key: str, value: str, known) -> Iterator[str]:
 
 def _choices(c: TrainConfig) -> Iterator[str]:
     from pods.core.advantages import SCALES
-    from pods.core.downsample import RULES
     from pods.core.loss import NORMS
-    from pods.models.policy import DTYPES
-    from pods.rollout import ENGINES
-    from pods.tasks import TASKS
-    from pods.tasks.scoring import POLICIES
-    from pods.tracking import TRACKERS, unknown_trackers
-    from pods.train.distributed import PARALLELISMS
-    from pods.train.schedule import SCHEDULES
-    from pods.train.selection import SCOPES
 
-    yield from _one_of("rule", c.selection.rule, RULES)
-    yield from _one_of("selection", c.selection.scope, SCOPES)
+    yield from one_of("selection", c.selection.scope, SCOPES)
     if c.selection.scope == "batch" and c.selection.rule != "max_variance":
         yield f"selection batch chooses max-variance subsets of any size, not rule " \
               f"{c.selection.rule!r}; set rule max_variance or selection group."
-    yield from _one_of("task", c.task.name, TASKS)
-    yield from _one_of("loss_norm", c.loss.norm, NORMS)
-    yield from _one_of("lr_schedule", c.optim.lr_schedule, SCHEDULES)
-    yield from _one_of("adv_scale", c.loss.adv_scale, SCALES)
-    if c.task.reward_errors not in POLICIES:
-        yield f"unknown reward_errors {c.task.reward_errors!r}; use {' or '.join(POLICIES)}."
-    yield from _one_of("engine", c.rollout.engine, ENGINES)
-    yield from _one_of("parallelism", c.run.parallelism, PARALLELISMS)
+    yield from one_of("loss_norm", c.loss.norm, NORMS)
+    yield from one_of("lr_schedule", c.optim.lr_schedule, SCHEDULES)
+    yield from one_of("adv_scale", c.loss.adv_scale, SCALES)
+    if c.task.reward_errors not in REWARD_ERRORS:
+        yield f"unknown reward_errors {c.task.reward_errors!r}; " \
+              f"use {' or '.join(REWARD_ERRORS)}."
+    yield from one_of("parallelism", c.run.parallelism, PARALLELISMS)
     if c.run.parallelism == "fsdp2" and c.rollout.engine == "vllm":
         yield "the vllm engine does not run under fsdp2 (each rank's vLLM would need the " \
               "whole model); use --engine hf (or auto), or --parallelism ddp."
-    yield from _one_of("dtype", c.model.dtype, DTYPES)
-    yield from _one_of("mixed_precision", c.model.mixed_precision, MIXED_PRECISIONS)
+    yield from one_of("dtype", c.model.dtype, DTYPES)
+    yield from one_of("mixed_precision", c.model.mixed_precision, MIXED_PRECISIONS)
     if c.model.mixed_precision != "no" and c.model.dtype not in ("auto", "float32"):
         yield f"mixed_precision {c.model.mixed_precision} keeps float32 master weights and " \
               f"computes in bfloat16; set --dtype float32 (or auto), or --mixed-precision no " \
@@ -88,11 +95,8 @@ def _choices(c: TrainConfig) -> Iterator[str]:
     if c.model.mixed_precision != "no" and c.run.parallelism == "fsdp2":
         yield "under fsdp2 use --dtype bfloat16 instead of --mixed-precision: its shards " \
               "already keep float32 master weights and compute in bfloat16."
-    if c.task.code.reward not in ("fraction", "all"):
-        yield f"unknown code_reward {c.task.code.reward!r}; use fraction or all."
-    for name in unknown_trackers(c.tracking.report_to):
-        yield f"unknown tracker {name!r} in report_to; use none or a comma-separated list " \
-              f"of {', '.join(TRACKERS)}."
+    if c.task.code.reward not in CODE_REWARDS:
+        yield f"unknown code_reward {c.task.code.reward!r}; use {' or '.join(CODE_REWARDS)}."
 
 
 def _budget(c: TrainConfig) -> Iterator[str]:
@@ -134,21 +138,8 @@ def _ranges(c: TrainConfig) -> Iterator[str]:
             yield f"{key}={get(c, key)} must be at least 1 (or None)."
 
 
-def _model_and_task(c: TrainConfig) -> Iterator[str]:
-    from pods.tasks import TASKS
-
+def _task_files(c: TrainConfig) -> Iterator[str]:
     t = c.task
-    if c.model.name == "tiny" and t.name != "arithmetic" and t.name in TASKS:
-        yield f"the embedded model 'tiny' only knows the arithmetic task's characters; for " \
-              f"task {t.name!r} pass a real model with --model (hub id, folder, .gguf file " \
-              f"or smollm2)."
-    if t.name == "wordproblems":
-        from pods.tasks.wordproblems import parse_levels
-
-        try:
-            parse_levels(t.levels)
-        except ValueError as error:
-            yield str(error)
     if t.name == "custom" and not t.data_file:
         yield "task custom needs --data-file FILE (records with 'prompt' and 'answer')."
     if t.reward_fn is not None and len([p for p in t.reward_fn.split(":") if p]) != 2:

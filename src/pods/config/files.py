@@ -11,8 +11,7 @@ from typing import Any
 
 import yaml
 
-from pods.config.flat import LEAVES, as_number, from_dict, type_problem
-from pods.config.groups import TrainConfig
+from pods.config.train import LEAVES, TrainConfig, as_number, from_dict, type_problem
 
 
 def read_yaml(path: str | Path) -> tuple[Any, dict[str, int]]:

@@ -1,14 +1,16 @@
-"""The flat view of the nested ``TrainConfig``: YAML files, flags and run folders use one
-unique key per leaf field (``n``, ``lr``, ``code_test_timeout``), mapped here onto the group
-it belongs to (``rollout.n``, ``optim.lr``, ``task.code.test_timeout``)."""
+"""The flat view of a nested config: YAML files, flags and run folders use one unique key per
+leaf field (``n``, ``lr``, ``code_test_timeout``), mapped here onto the group it belongs to
+(``rollout.n``, ``optim.lr``, ``task.code.test_timeout``).
+
+Generic over the root dataclass (``leaves(TrainConfig)``), so that this module imports
+nothing from pods: ``pods.config.train`` builds ``TrainConfig`` on top of it."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
-
-from pods.config.groups import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -16,7 +18,7 @@ class Leaf:
     """One configurable value: its flat key, where it sits and how it is declared."""
 
     key: str  # the YAML key and CLI flag name: "lr"
-    path: tuple[str, ...]  # attribute names from TrainConfig: ("optim", "lr")
+    path: tuple[str, ...]  # attribute names from the root: ("optim", "lr")
     field: dataclasses.Field
     group: str  # the group's dotted path: "optim", "task.code"
     group_help: str  # the top-level group's description, for --help
@@ -51,20 +53,25 @@ def _leaves(cls: type, path: tuple[str, ...] = (), group_help: str = "") -> list
     return found
 
 
-LEAVES: dict[str, Leaf] = {leaf.key: leaf for leaf in _leaves(TrainConfig)}  # in --help order
-assert len(LEAVES) == len(_leaves(TrainConfig)), "flat config keys must be unique"
+@functools.cache
+def leaves(root: type) -> dict[str, Leaf]:
+    """Every leaf field of the dataclass ``root`` by its flat key, in --help order."""
+    found = _leaves(root)
+    by_key = {leaf.key: leaf for leaf in found}
+    assert len(by_key) == len(found), "flat config keys must be unique"
+    return by_key
 
 
-def get(config: TrainConfig, key: str) -> Any:
+def get(config: Any, key: str) -> Any:
     """The value of flat key ``key`` in ``config``."""
     value: Any = config
-    for name in LEAVES[key].path:
+    for name in leaves(type(config))[key].path:
         value = getattr(value, name)
     return value
 
 
-def to_flat(config: TrainConfig) -> dict[str, Any]:
-    return {key: get(config, key) for key in LEAVES}
+def to_flat(config: Any) -> dict[str, Any]:
+    return {key: get(config, key) for key in leaves(type(config))}
 
 
 def _build(cls: type, values: dict[tuple[str, ...], Any], path: tuple[str, ...] = ()):
@@ -78,32 +85,26 @@ def _build(cls: type, values: dict[tuple[str, ...], Any], path: tuple[str, ...] 
     return cls(**kwargs)
 
 
-def from_dict(values: dict[str, Any]) -> TrainConfig:
-    """A config from a mapping of flat keys (missing keys take their defaults); an unknown
-    key is an error that lists the known ones. A time budget given alone is the whole
-    budget: ``max_time`` without ``max_steps`` clears the default step budget."""
-    unknown = sorted(set(values) - set(LEAVES))
+def build(root: type, values: dict[str, Any]) -> Any:
+    """A ``root`` config from a mapping of flat keys (missing keys take their defaults); an
+    unknown key is an error that lists the known ones. A time budget given alone is the
+    whole budget: ``max_time`` without ``max_steps`` clears the default step budget."""
+    known = leaves(root)
+    unknown = sorted(set(values) - set(known))
     if unknown:
         raise ValueError(f"unknown config field(s) {', '.join(unknown)}; "
-                         f"known fields: {', '.join(LEAVES)}.")
+                         f"known fields: {', '.join(known)}.")
     if values.get("max_time") is not None and "max_steps" not in values:
         values = {**values, "max_steps": None}
-    return _build(TrainConfig, {LEAVES[k].path: v for k, v in values.items()})
-
-
-def describe_fields() -> list[dict[str, Any]]:
-    """One row per field for the configuration reference: key, group, type, default, help."""
-    return [{"key": leaf.key, "group": leaf.group, "type": leaf.type, "default": leaf.default,
-             "help": leaf.help, "flag": "--" + leaf.key.replace("_", "-")}
-            for leaf in LEAVES.values()]
+    return _build(root, {known[k].path: v for k, v in values.items()})
 
 
 _KINDS = {"int": "a whole number", "float": "a number", "str": "text", "bool": "true or false"}
 
 
-def type_problem(key: str, value: Any) -> str | None:
-    """What is wrong when ``value`` does not fit field ``key``'s type, else None."""
-    kinds = [k.strip() for k in LEAVES[key].type.split("|")]
+def type_problem(leaf: Leaf, value: Any) -> str | None:
+    """What is wrong when ``value`` does not fit ``leaf``'s type, else None."""
+    key, kinds = leaf.key, [k.strip() for k in leaf.type.split("|")]
     if value is None:
         return None if "None" in kinds else f"{key} must be {_KINDS[kinds[0]]}, not empty."
     fits = {"int": isinstance(value, int), "float": isinstance(value, int | float),
@@ -116,9 +117,9 @@ def type_problem(key: str, value: Any) -> str | None:
     return f"{key}={value!r} must be {_KINDS[kinds[0]]}{empty}."
 
 
-def as_number(key: str, value: Any) -> Any:
+def as_number(leaf: Leaf, value: Any) -> Any:
     """YAML 1.1 reads 3e-4 (no dot) as text: take such text as the number it spells."""
-    if isinstance(value, str) and LEAVES[key].type.startswith("float"):
+    if isinstance(value, str) and leaf.type.startswith("float"):
         try:
             return float(value)
         except ValueError:

@@ -12,8 +12,8 @@ Baselines are configurations of one loop:
     GRPO-GA     n == m large, small micro-batch (e.g. n=64, m=64, micro_batch_size=128)
     batch-level n > m, selection=batch: P*m kept across the step's prompts (beyond the paper)
 
-This module imports nothing from pods, so every component can import its group; the checks
-that need the registries of rules, tasks and engines live in ``pods.config.checks``.
+This module imports nothing from pods, so every component can import its group and the
+fixed choices below; ``TrainConfig``, the groups together, is in ``pods.config.train``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# The fixed choices of some fields; the components that implement them import these.
+# (Open registries, which a user may extend, are the components' own: rules in
+# pods.core.downsample, tasks in pods.tasks, engines in pods.rollout, trackers in
+# pods.tracking.)
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 MIXED_PRECISIONS = ("no", "bf16")
+PARALLELISMS = ("ddp", "fsdp2")
+SCHEDULES = ("constant", "linear", "cosine")
+SCOPES = ("group", "batch")
+REWARD_ERRORS = ("raise", "zero")
+CODE_REWARDS = ("fraction", "all")
 
 
 def _f(default: Any, help: str, key: str | None = None) -> Any:
@@ -29,7 +39,7 @@ def _f(default: Any, help: str, key: str | None = None) -> Any:
     return field(default=default, metadata=metadata)
 
 
-def _group(cls: type, help: str) -> Any:
+def group_field(cls: type, help: str) -> Any:
     return field(default_factory=cls, metadata={"help": help})
 
 
@@ -111,8 +121,8 @@ class TaskConfig:
                      "one step + or -, numbers to 12, to 30, two-digit; 4: two steps mixing "
                      "+ - x; 5: two or three steps with x and /). On 1,2 SmolLM2-135M-Instruct "
                      "starts at about 1 in 9 (docs/guides/tasks.md).", "word_levels")
-    math: MathRewardConfig = _group(MathRewardConfig, "The math tasks' reward weights.")
-    code: CodeConfig = _group(CodeConfig, "The code tasks' sandboxed tests.")
+    math: MathRewardConfig = group_field(MathRewardConfig, "The math tasks' reward weights.")
+    code: CodeConfig = group_field(CodeConfig, "The code tasks' sandboxed tests.")
 
     def __post_init__(self) -> None:
         if isinstance(self.levels, int | list | tuple):  # YAML may give 2 or [1, 2]
@@ -247,45 +257,3 @@ class TrackingConfig:
     def __post_init__(self) -> None:
         if isinstance(self.report_to, list | tuple):  # YAML and Python may give a list
             object.__setattr__(self, "report_to", ",".join(map(str, self.report_to)))
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Everything one training run needs. Build it from flat keys with
-    ``pods.config.from_dict`` (as YAML files and flags do); every value is checked when it
-    is built (``pods.config.checks``)."""
-
-    model: ModelConfig = _group(ModelConfig, "The policy: which model, dtype, LoRA.")
-    task: TaskConfig = _group(TaskConfig, "What to train on: data and verifiable reward.")
-    rollout: RolloutConfig = _group(RolloutConfig, "Generation: P prompts, n rollouts each, "
-                                    "and the engine.")
-    selection: SelectionConfig = _group(SelectionConfig, "PODS: which m of the n rollouts "
-                                        "the update sees.")
-    optim: OptimConfig = _group(OptimConfig, "The optimizer and gradient accumulation.")
-    loss: LossConfig = _group(LossConfig, "The policy-gradient loss and advantages.")
-    eval: EvalConfig = _group(EvalConfig, "Held-out evaluation during training.")
-    run: RunConfig = _group(RunConfig, "Budget, checkpoints, seed, folders and devices.")
-    tracking: TrackingConfig = _group(TrackingConfig, "Experiment trackers.")
-
-    def __post_init__(self) -> None:
-        from pods.config.checks import problems  # the registries of rules, tasks, engines
-
-        for problem in problems(self):
-            raise ValueError(f"invalid config: {problem}")
-
-    @property
-    def kept_per_step(self) -> int:
-        """P*m: the rollouts one step's update sees (with selection group)."""
-        return self.rollout.prompts_per_step * self.selection.m
-
-    def to_dict(self) -> dict[str, Any]:
-        """The flat mapping of key -> value, as YAML files hold it."""
-        from pods.config.flat import to_flat
-
-        return to_flat(self)
-
-    def replace(self, **overrides: Any) -> TrainConfig:
-        """A copy with some flat keys changed (``cfg.replace(n=16, lr=1e-3)``)."""
-        from pods.config.flat import from_dict
-
-        return from_dict({**self.to_dict(), **overrides})

@@ -20,6 +20,7 @@ import yaml
 
 from pods.config import LEAVES, TrainConfig, as_number, from_dict, load_yaml, read_yaml
 from pods.experiments.summary import baseline_names, summarize
+from pods.train.checks import check
 from pods.train.metrics import read_metrics
 
 __all__ = ["CompareSpec", "is_finished", "load_spec", "run_compare"]
@@ -73,10 +74,11 @@ class CompareSpec:
                 self.config(name, seed)
 
     def config(self, variant: str, seed: int, **extra: Any) -> TrainConfig:
-        """The resolved config of one run: defaults < base < variant < ``extra``, then seed."""
+        """The resolved config of one run: defaults < base < variant < ``extra``, then seed,
+        its registry names checked too (pods.train.checks), so a spec fails when loaded."""
         values = {**self.base, **self.variants[variant], **extra, "seed": seed}
         try:
-            return from_dict(values)
+            return check(from_dict(values))
         except ValueError as e:
             raise ValueError(f"variant {variant!r} (seed {seed}): {e}") from None
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import torch
 
 from pods.models.policy import is_adapter, load_saved_policy
-from pods.tasks import get_task
 from pods.train.checkpoint import checkpoints_and_config, first_readable
 
 
@@ -21,9 +20,8 @@ def export_checkpoint(path: str | Path, out_dir: str | Path, log=None) -> Path:
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ValueError(f"{out_dir} is not empty; export into a new folder.")
     checkpoints, cfg = checkpoints_and_config(path)
-    task = get_task(cfg.task.name, cfg.task, cfg.run.seed)
     checkpoint, (model, tokenizer) = first_readable(
-        checkpoints, lambda c: load_saved_policy(c / "model", cfg.model.name, task,
+        checkpoints, lambda c: load_saved_policy(c / "model", cfg.model.name,
                                                  torch.device("cpu"), cfg.model),
         log or (lambda line: print(line, file=sys.stderr)))
     if is_adapter(checkpoint / "model"):

@@ -20,7 +20,6 @@ def resolve_device(name: str) -> torch.device:
 
 
 DEFAULT_MODEL = ModelConfig()
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def weights_dtype(options: ModelConfig, device: torch.device) -> torch.dtype:
@@ -39,14 +38,14 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return getattr(torch, name)
 
 
-def load_policy(model: str, task, device: torch.device, options: ModelConfig = DEFAULT_MODEL,
+def load_policy(model: str, device: torch.device, options: ModelConfig = DEFAULT_MODEL,
                 log=print):
     """(model, tokenizer) from any source pods.models.source knows (a hub id, a folder, a
     GGUF file with ``options.gguf_file``, 'tiny', a fetched model's short name), in the
     requested dtype, wrapped in a LoRA adapter when ``options.lora_rank`` > 0."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = resolve(model, options.gguf_file, task, log=log)
+    model = resolve(model, options.gguf_file, log=log)
     try:
         tokenizer = AutoTokenizer.from_pretrained(model)
     except (OSError, ValueError) as error:  # not a folder, not on the hub, or offline
@@ -85,15 +84,15 @@ def is_adapter(path: str | Path) -> bool:
     return (Path(path) / "adapter_config.json").is_file()
 
 
-def load_saved_policy(path: str | Path, base: str, task, device: torch.device,
+def load_saved_policy(path: str | Path, base: str, device: torch.device,
                       options: ModelConfig = DEFAULT_MODEL):
     """(model, tokenizer) of a checkpoint's model folder: full weights, or a LoRA adapter
     put on ``base`` (the run's --model, with its ``options.gguf_file``)."""
     path = Path(path)
     if not is_adapter(path):  # a plain safetensors folder, whatever the run's source was
-        return load_policy(str(path), task, device,
+        return load_policy(str(path), device,
                            replace(options, lora_rank=0, gguf_file=None))
     from peft import PeftModel
 
-    model, tokenizer = load_policy(base, task, device, replace(options, lora_rank=0))
+    model, tokenizer = load_policy(base, device, replace(options, lora_rank=0))
     return PeftModel.from_pretrained(model, path).to(device), tokenizer

@@ -18,7 +18,7 @@ def has_chat_template(tokenizer) -> bool:
 def render_prompts(tokenizer, task, problems: list[Problem]) -> tuple[list[str], bool]:
     """(texts, add_special_tokens): the prompts, and whether encoding them should add the
     tokenizer's special tokens (False when a chat template already placed them)."""
-    system = getattr(task, "system_prompt", None)
+    system = task.system_prompt
     if not has_chat_template(tokenizer):
         return [f"{system}\n{p.prompt}" if system else p.prompt for p in problems], True
     texts = []

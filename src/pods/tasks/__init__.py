@@ -1,38 +1,20 @@
 """Tasks: a train and a test split of problems, and a verifiable reward.
 
-A task is any object with
-    name: str
-    train() -> list[Problem]      problems the policy is trained on
-    test() -> list[Problem]       held-out problems for evaluation (disjoint from train)
-    reward(completion: str, problem: Problem) -> float
-and optionally ``system_prompt`` (str or None) for chat-templated prompts.
-``TASKS`` maps a name to a factory taking the task group of the config (``TaskConfig``)
-and the run's seed.
+``Task`` and ``Problem`` (pods.tasks.base) say what a task is. ``TASKS`` maps a name to a
+factory taking the task group of the config (``TaskConfig``) and the run's seed: a new task
+is a module of its own under pods/tasks/ plus one entry here. ``task_problems`` checks a
+run's task settings before anything loads (pods.train.checks).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Iterator
 
+from pods.config.checks import one_of
 from pods.config.groups import TaskConfig
+from pods.tasks.base import Problem, Task
 
-
-@dataclass(frozen=True)
-class Problem:
-    prompt: str  # the text the model continues
-    answer: str  # the gold answer the reward checks against
-
-
-class Task(Protocol):
-    name: str
-
-    def train(self) -> list[Problem]: ...
-
-    def test(self) -> list[Problem]: ...
-
-    def reward(self, completion: str, problem: Problem) -> float: ...
+__all__ = ["TASKS", "Problem", "Task", "get_task", "task_problems"]
 
 
 def _arithmetic(config: TaskConfig, seed: int) -> Task:
@@ -89,6 +71,27 @@ TASKS: dict[str, Callable[[TaskConfig, int], Task]] = {
     "wordproblems": _wordproblems,
     "custom": _custom,
 }
+
+
+def task_problems(task: TaskConfig, model: str) -> Iterator[str]:
+    """What is wrong with a run's task settings that can be told before any data loads: a
+    task name not in ``TASKS``, the embedded model on a task whose text it cannot read,
+    word-problem levels that do not parse."""
+    unknown = list(one_of("task", task.name, TASKS))
+    if unknown:
+        yield from unknown
+        return
+    if model == "tiny" and task.name != "arithmetic":
+        yield f"the embedded model 'tiny' only knows the arithmetic task's characters; for " \
+              f"task {task.name!r} pass a real model with --model (hub id, folder, .gguf " \
+              f"file or smollm2)."
+    if task.name == "wordproblems":
+        from pods.tasks.wordproblems import parse_levels
+
+        try:
+            parse_levels(task.levels)
+        except ValueError as error:
+            yield str(error)
 
 
 def get_task(name: str, config: TaskConfig | None = None, seed: int = 0) -> Task:

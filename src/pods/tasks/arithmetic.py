@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from pods.tasks import Problem
+from pods.tasks.base import Problem, Task
 
 
-class Arithmetic:
+class Arithmetic(Task):
     name = "arithmetic"
     alphabet = "0123456789+="  # every character a prompt or an answer uses
 

@@ -42,7 +42,7 @@ from collections import Counter
 import numpy as np
 
 from pods.config.groups import TaskConfig
-from pods.tasks import Problem
+from pods.tasks.base import Problem, Task
 from pods.tasks.math.rewards import PAPER_WEIGHTS, MathRewardConfig, format_correct
 from pods.tasks.math.tasks import Source
 
@@ -241,7 +241,7 @@ SOURCE = Source(HUB_ID, ("v2",), "test", "sciknoweval/test", "question", gold)
 # ---------------------------------------------------------------- the task
 
 
-class ChemistryTask:
+class ChemistryTask(Task):
     """SciKnowEval chemistry (see the module docstring): the paper's <think>/<answer> format,
     reward = correctness * grade + format * format_correct."""
 

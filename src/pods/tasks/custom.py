@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pods.tasks import Problem
+from pods.tasks.base import Problem, Task
 from pods.tasks.math.rewards import PAPER_WEIGHTS, MathRewardConfig, math_reward
 
 RewardFn = Callable[[str, str], float]
@@ -110,7 +110,7 @@ def _parquet_rows(path: Path) -> list[tuple[str, dict]]:
     return [(f"record {i + 1}", row) for i, row in enumerate(rows)]
 
 
-class CustomTask:
+class CustomTask(Task):
     name = "custom"
     system_prompt = None
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-POLICIES = ("raise", "zero")
+from pods.config.groups import REWARD_ERRORS
+
 SHOWN = 80  # characters of a prompt or completion quoted in a message
 
 
@@ -59,7 +60,7 @@ class RewardError(ValueError):
 def reward_name(task) -> str:
     """How messages name a task's reward: a custom reward's module:function, else
     ``Task.reward``."""
-    return getattr(task, "reward_name", None) or f"{type(task).__name__}.reward"
+    return task.reward_name or f"{type(task).__name__}.reward"
 
 
 def checked_reward(task, completion: str, problem) -> float:
@@ -81,9 +82,9 @@ class Scorer:
     """Scores rollouts under a policy, warning once (through ``warn``) under ``zero``."""
 
     def __init__(self, task, policy: str = "raise", warn=print):
-        if policy not in POLICIES:
+        if policy not in REWARD_ERRORS:
             raise ValueError(f"unknown reward_errors {policy!r}; use one of "
-                             f"{', '.join(POLICIES)}.")
+                             f"{', '.join(REWARD_ERRORS)}.")
         self.task, self.policy, self.warn, self.warned = task, policy, warn, False
 
     def score(self, completion: str, problem) -> tuple[float, bool]:
@@ -117,7 +118,7 @@ def task_map(task, fn, items) -> list:
     """``[fn(x) for x in items]``, on ``task.reward_workers`` threads when the task asks for
     more than one (code tasks: each reward waits on sandboxed processes)."""
     items = list(items)
-    workers = min(getattr(task, "reward_workers", 1), len(items))
+    workers = min(task.reward_workers, len(items))
     if workers <= 1:
         return [fn(x) for x in items]
     from concurrent.futures import ThreadPoolExecutor

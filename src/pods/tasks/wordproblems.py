@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pods.tasks import Problem
+from pods.tasks.base import Problem
 from pods.tasks.math.rewards import PAPER_WEIGHTS, MathGraded, MathRewardConfig
 from pods.tasks.math.tasks import SYSTEM_PROMPT
 

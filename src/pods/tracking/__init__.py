@@ -19,6 +19,7 @@ import importlib.util
 import json
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,12 @@ def parse_report_to(report_to: str) -> tuple[str, ...]:
     return tuple(n for n in names if n != "none")
 
 
-def unknown_trackers(report_to: str) -> list[str]:
-    return [n for n in parse_report_to(report_to) if n not in TRACKERS]
+def tracker_problems(report_to: str) -> Iterator[str]:
+    """A message for each tracker ``report_to`` names that pods does not know."""
+    for name in parse_report_to(report_to):
+        if name not in TRACKERS:
+            yield f"unknown tracker {name!r} in report_to; use none or a comma-separated " \
+                  f"list of {', '.join(TRACKERS)}."
 
 
 def check_installed(report_to: str) -> None:

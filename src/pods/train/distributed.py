@@ -26,8 +26,6 @@ from pods.models.policy import resolve_device
 from pods.rollout import Rollouts
 from pods.train import fsdp
 
-PARALLELISMS = ("ddp", "fsdp2")
-
 
 class RankFailure(RuntimeError):
     """A distributed run lost a rank (or was stopped by its launcher)."""

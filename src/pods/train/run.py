@@ -43,17 +43,13 @@ class Run:
     """Steps ``trainer`` until the budget is spent, evaluating every ``eval_every`` and
     checkpointing every ``checkpoint_every`` training seconds (and both at the end)."""
 
-    def __init__(self, trainer: Trainer):
-        self.t, self.cfg, self.dist = trainer, trainer.cfg, trainer.dist
+    def __init__(self, trainer: Trainer, run_dir: Path):
+        self.t, self.cfg, self.dist, self.run_dir = trainer, trainer.cfg, trainer.dist, run_dir
         self.log, self.interrupts = trainer.log, trainer.interrupts
         self.outputs, self.records = [], 0  # metrics.jsonl and trackers; records written
         self.checkpointed_step: int | None = None
         self.evaluated_step: int | None = None
         self.next_eval, self.next_checkpoint = 0.0, self.cfg.run.checkpoint_every
-
-    @property
-    def run_dir(self) -> Path:
-        return self.t.run_dir
 
     def run(self) -> None:
         t, main = self.t, self.dist.is_main
@@ -124,7 +120,7 @@ class Run:
     def evaluate(self) -> dict[str, float]:
         """Test metrics; every rank evaluates its share of the test set."""
         t, e = self.t, self.cfg.eval
-        result = evaluate(t.rollout, t.task, t.test_set, e.temperature,
+        result = evaluate(t.engine, t.task, t.test_set, e.temperature,
                           self.cfg.rollout.max_new_tokens, seed=self.cfg.run.seed,
                           repeats=e.repeats, dist=self.dist, scorer=t.scorer)
         with self.interrupts.held("an evaluation record"):  # recorded and scheduled, or not
@@ -142,7 +138,7 @@ class Run:
         done; inside the update the weights already moved, so the last checkpoint stays."""
         t = self.t
         self.interrupts.release(raise_held=False)  # a hold the failure left open
-        if t.updating:
+        if not t.rewind():
             checkpoint = latest_checkpoint(self.run_dir)
             kept = f"the last one, {checkpoint.name}, is kept" if checkpoint else \
                 "the run folder resumes from the start"
@@ -150,7 +146,6 @@ class Run:
                      f"no checkpoint of a half-updated model; {kept} (`pods train --resume "
                      f"{self.run_dir}`).")
             return
-        t.rewind()
         written = self.checkpointed_step == t.step_count  # e.g. Ctrl-C in its write
         self.log(f"\nstopped ({why}) after step {t.step_count}: "
                  f"{'its checkpoint is written' if written else 'writing a checkpoint'}")
@@ -222,7 +217,7 @@ class Run:
     def restore(self, checkpoint: Path) -> None:
         """The trainer's state (weights, optimizer, clock, streams), then the schedule's."""
         state = torch.load(checkpoint / "state.pt", weights_only=False)
-        self.t.load_state(checkpoint, state)
+        self.t.load_state_dict(state, checkpoint)
         self.records, self.checkpointed_step = state.get("metrics_records"), self.t.step_count
         self.evaluated_step = state.get("evaluated_step")
         self.next_eval = state["next_eval"]
@@ -235,19 +230,19 @@ def train(config: TrainConfig, log=print) -> Path:
     out_dir, name = Path(config.run.out_dir), config.run.run_name
     if name:
         _check_new(out_dir / name)
-    trainer = Trainer(config, Path(), log=log)  # model and data first: a failure writes nothing
+    trainer = Trainer(config, log=log)  # model and data first: a failure writes nothing
     stamp = f"{datetime.now():%Y%m%d-%H%M%S}"
     s = config.selection
     name = trainer.dist.broadcast_object(  # rank 0's clock names the run on every rank
         name or f"{stamp}-n{config.rollout.n}-m{s.m}-{s.rule}")
-    trainer.run_dir = run_dir = out_dir / name
+    run_dir = out_dir / name
     _check_new(run_dir)
     trainer.dist.barrier()  # every rank has checked before rank 0 writes
     if trainer.dist.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_yaml(config, run_dir / "config.yaml")
     trainer.log(f"run folder: {run_dir}")
-    Run(trainer).run()
+    Run(trainer, run_dir).run()
     return run_dir
 
 
@@ -286,7 +281,7 @@ def resume(run_dir: str | Path, overrides: dict | None = None, log=print) -> Pat
                          if (c / "config.yaml").is_file()), None)
     config, changed = resume_config(run_dir, written_with, overrides or {})
     config = anchored(config)
-    run = Run(Trainer(config, run_dir, log=log))
+    run = Run(Trainer(config, log=log), run_dir)
     checkpoint = run.restore_newest(checkpoints) if checkpoints else None
     if run.dist.is_main:  # only once the run can go on, as in train()
         save_yaml(config, run_dir / "config.yaml")

@@ -15,11 +15,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from pods.config.groups import SCOPES
 from pods.core.advantages import group_advantages, kept_flat, masked_group_advantages
 from pods.core.batch_downsample import batch_max_variance
 from pods.core.downsample import downsample
-
-SCOPES: tuple[str, ...] = ("group", "batch")
 
 
 def select(rewards: Tensor, m: int, rule, *, scope: str = "group",

@@ -27,6 +27,7 @@ from pods.tasks import get_task
 from pods.tasks.scoring import Scorer
 from pods.tracking import check_installed
 from pods.train.checkpoint import restore_rng_states, rng_states
+from pods.train.checks import check
 from pods.train.distributed import Dist, launched_world_size, rank_batch
 from pods.train.interrupts import Interrupts
 from pods.train.progress import Clock
@@ -40,7 +41,8 @@ class Trainer:
     torchrun / accelerate launch, this rank's part of them (see pods.train.distributed).
     ``step()`` advances the run by one optimizer step (``num_iterations`` with reuse)."""
 
-    def __init__(self, config: TrainConfig, run_dir: Path, log=print):
+    def __init__(self, config: TrainConfig, log=print):
+        check(config)  # the rule, task, engine and trackers name what their registries hold
         world = launched_world_size()
         P = config.rollout.prompts_per_step
         if P % world:
@@ -48,7 +50,7 @@ class Trainer:
                              f"(each rank takes whole groups of n); use a multiple of {world}.")
         self.dist = Dist(config.run.device, timeout_s=config.run.dist_timeout,
                          parallelism=config.run.parallelism)
-        self.cfg, self.run_dir = config, run_dir
+        self.cfg = config
         self.log = log if self.dist.is_main else silent
         self.device = self.dist.device
         torch.manual_seed(config.run.seed)
@@ -57,15 +59,15 @@ class Trainer:
         check_source(config.model.name, config.model.gguf_file)  # a missing path, say
         with self.dist.main_first():  # rank 0 fills download and warm-up caches first
             self.task = get_task(config.task.name, config.task, config.run.seed)
-            self.model, self.tokenizer = load_policy(config.model.name, self.task,
-                                                     self.device, config.model, log=self.log)
+            self.model, self.tokenizer = load_policy(config.model.name, self.device,
+                                                     config.model, log=self.log)
         self.model.train()
         self.ref_model = self._reference_model()
         self.wrapped, self.optimizer = self.dist.prepare(self.model, self._optimizer())
         # wrapped: the model as accelerate wraps it (DDP, FSDP) for the training passes;
         # self.model stays the plain module for generation, evaluation and saving.
         self.model = self.dist.unwrap(self.wrapped)
-        self.rollout = make_engine(
+        self.engine = make_engine(
             config.rollout, self.model, self.tokenizer, self.device,
             max_model_len=config.task.max_prompt_tokens + config.rollout.max_new_tokens,
             seed=config.run.seed, world=self.dist.world, sharded=self.dist.sharded,
@@ -84,7 +86,7 @@ class Trainer:
         cfg = self.cfg
         if cfg.loss.beta == 0 or cfg.model.lora_rank > 0:
             return None
-        return load_policy(cfg.model.name, self.task, self.device, cfg.model,
+        return load_policy(cfg.model.name, self.device, cfg.model,
                            log=silent)[0].eval()
 
     def _optimizer(self) -> torch.optim.Optimizer:
@@ -123,8 +125,8 @@ class Trainer:
         with self.clock.phase("generate"):
             texts, special = render_prompts(self.tokenizer, self.task, my_problems)
             keys = sample_keys(self.cfg.run.seed, self.step_count, torch.arange(P)[mine])
-            rollouts = self.rollout.generate(texts, n, r.temperature, r.max_new_tokens,
-                                             keys, special)  # P_r * n rows
+            rollouts = self.engine.generate(texts, n, r.temperature, r.max_new_tokens,
+                                            keys, special)  # P_r * n rows
         with self.clock.phase("reward"):
             scores = self.scorer.rewards(rollouts.texts, my_problems, n)  # rewards [P_r, n]
         with self.clock.phase("select"):
@@ -144,7 +146,7 @@ class Trainer:
         if not keep.any():  # every group without reward variance: nothing to learn from
             self.log(f"step {self.step_count + 1}: no rollout kept, update skipped")
         else:
-            with self.clock.phase("update"), self.rollout.asleep(), \
+            with self.clock.phase("update"), self.engine.asleep(), \
                     autocast(self.device, self.cfg.model.mixed_precision):
                 losses = policy_update(
                     self.wrapped, self.ref_model, self.optimizer, batch,
@@ -152,11 +154,12 @@ class Trainer:
                     temperature=r.temperature, max_new_tokens=r.max_new_tokens,
                     dist=self.dist, kept=int(keep.sum()))
         with self.clock.phase("sync"):  # the engine samples the next step from new weights
-            self.rollout.sync_weights(self.model)
+            self.engine.sync_weights(self.model)
         self.step_count += 1
         self.updating, self.before_step = False, None
-        return {"kind": "step", "step": self.step_count,
-                **self._over_ranks(lengths, scores),
+        slowest, counts = self._over_ranks(lengths, scores)
+        self.clock.seconds = slowest["time"]  # every rank keeps the slowest rank's clock
+        return {"kind": "step", "step": self.step_count, **slowest, **counts,
                 "rollout/reward_mean": rewards.mean().item(), "optim/lr": lr,
                 **selection_stats(rewards, keep, all_lengths, self.dist.world),
                 **losses, "time/step": self.clock.seconds - step_start}
@@ -170,7 +173,7 @@ class Trainer:
                 "rng": rng_states(self.prompt_rng, self.select_gen),
                 "torch_rng_per_rank": self.dist.gather_objects(torch.get_rng_state())}
 
-    def load_state(self, checkpoint: Path, state: dict) -> None:
+    def load_state_dict(self, state: dict, checkpoint: Path) -> None:
         """Weights from ``checkpoint`` and the rest from its ``state`` (``state_dict``)."""
         if self.dist.sharded:  # weights and optimizer from the ranks' shards
             self.dist.load_engine_state(checkpoint / "engine")
@@ -181,7 +184,7 @@ class Trainer:
                                  f"as many processes as it ran on (its shards in engine/).")
             self.optimizer.load_state_dict(state["optimizer"])
         self.step_count, self.clock.seconds = state["step"], state["clock"]
-        self.rollout.sync_weights(self.model)  # the engine generates from the restored weights
+        self.engine.sync_weights(self.model)  # the engine generates from the restored weights
         restore_rng_states(state["rng"], self.prompt_rng, self.select_gen)
         per_rank = state.get("torch_rng_per_rank", [])
         if len(per_rank) == self.dist.world:  # dropout streams; others only matter for it
@@ -189,19 +192,24 @@ class Trainer:
 
     def _load_weights(self, checkpoint: Path) -> None:
         cfg = self.cfg.model
-        saved = load_saved_policy(checkpoint / "model", cfg.name, self.task, self.device, cfg)[0]
+        saved = load_saved_policy(checkpoint / "model", cfg.name, self.device, cfg)[0]
         missing = self.model.load_state_dict(saved.state_dict(), strict=False).missing_keys
         if any(p.requires_grad for n, p in self.model.named_parameters() if n in missing):
             raise ValueError(f"{checkpoint} does not match this run's model; resume it with "
                              f"the config it was trained with.")
 
-    def rewind(self) -> None:
-        """Undo the step under way, if any (a failure before its update): its clock time
-        and its draws of prompts and selections, so that a resume redoes it the same."""
+    def rewind(self) -> bool:
+        """Undo the step under way, if any, so that the trainer's state is that of its last
+        completed step (what a checkpoint may hold): its clock time and its draws of prompts
+        and selections, so that a resume redoes it the same. False when that cannot be: a
+        failure inside the update left the weights half-updated."""
+        if self.updating:
+            return False
         if self.before_step is not None:
             self.clock.seconds, states = self.before_step
             restore_rng_states(states, self.prompt_rng, self.select_gen)
             self.before_step = None
+        return True
 
     def _set_lr(self) -> float:
         """The schedule's lr for the step under way (counted as done), recomputed from the
@@ -214,19 +222,18 @@ class Trainer:
             group["lr"] = lr
         return lr
 
-    def _over_ranks(self, lengths, scores) -> dict[str, float]:
-        """This step's per-rank measurements reduced over the ranks: the clock, phase times
-        and peak memory of the slowest rank; completion length and reward counts summed."""
+    def _over_ranks(self, lengths, scores) -> tuple[dict[str, float], dict[str, float]]:
+        """This step's per-rank measurements reduced over the ranks: (the clock ("time"),
+        phase times and peak memory of the slowest rank; completion length and reward counts
+        summed). It changes nothing: the step sets its clock from the first."""
         slowest = self.dist.reduce({"time": self.clock.seconds, **self.clock.phases,
                                     **peak_memory_mb(self.device)}, "max")
-        self.clock.seconds = slowest["time"]  # every rank keeps the slowest clock
         summed = self.dist.reduce({"length": lengths.sum().item(), "rows": lengths.numel(),
                                    "errors": scores.reward_errors,
                                    "failures": scores.grading_failures}, "sum")
-        return {**slowest,
-                "rollout/completion_len": summed["length"] / max(summed["rows"], 1),
-                "rollout/grading_failures": int(summed["failures"]),
-                "rollout/reward_errors": int(summed["errors"])}
+        return slowest, {"rollout/completion_len": summed["length"] / max(summed["rows"], 1),
+                         "rollout/grading_failures": int(summed["failures"]),
+                         "rollout/reward_errors": int(summed["errors"])}
 
 
 def silent(*args, **kwargs) -> None:

@@ -40,7 +40,7 @@ import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pods.tasks import Problem
+from pods.tasks.base import Problem
 from pods.tasks.math.tasks import Source
 
 

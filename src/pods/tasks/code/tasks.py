@@ -22,7 +22,7 @@ import threading
 from functools import lru_cache
 
 from pods.config.groups import CodeConfig
-from pods.tasks import Problem
+from pods.tasks.base import Problem, Task
 from pods.tasks.code.data import (
     LIVECODEBENCH,
     MBPP,
@@ -84,7 +84,7 @@ def outputs_match(got: str, expected: str) -> bool:
 DEFAULT_CODE = CodeConfig()
 
 
-class CodeTask:
+class CodeTask(Task):
     """A code-generation task whose reward executes tests in the sandbox."""
 
     system_prompt = SYSTEM_PROMPT

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 
 from pods.config.groups import MathRewardConfig
+from pods.tasks.base import Task
 from pods.tasks.math.grader import grade
 
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
@@ -59,7 +60,7 @@ def math_reward(completion: str, gold: str, weights: MathRewardConfig = PAPER_WE
     return reward
 
 
-class MathGraded:
+class MathGraded(Task):
     """The reward, pass@1 and format accuracy of a task graded like the paper's math tasks;
     the task sets ``weights`` (a MathRewardConfig)."""
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pods.tasks import Problem
+from pods.tasks.base import Problem
 from pods.tasks.math.answers import extract_boxed
 from pods.tasks.math.rewards import PAPER_WEIGHTS, MathGraded, MathRewardConfig
 

@@ -1,0 +1,32 @@
+"""The checks of a ``TrainConfig`` that need the open registries, each asked of the component
+that owns it: the rule (``pods.core.downsample.RULES``), the task (``pods.tasks``), the
+engine (``pods.rollout.ENGINES``) and the trackers (``pods.tracking``). ``pods.config``
+checks everything else when a config is built; these run before anything loads: first in
+the trainer, and in ``pods compare`` for every run before the first one trains. A new rule,
+task, engine or tracker is one entry in its component's registry, not an edit of config."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pods.config import TrainConfig
+from pods.config.checks import one_of
+from pods.core.downsample import RULES
+from pods.rollout import ENGINES
+from pods.tasks import task_problems
+from pods.tracking import tracker_problems
+
+
+def registry_problems(config: TrainConfig) -> Iterator[str]:
+    """Yield a message for each name in ``config`` that its registry does not hold."""
+    yield from one_of("rule", config.selection.rule, RULES)
+    yield from task_problems(config.task, config.model.name)
+    yield from one_of("engine", config.rollout.engine, ENGINES)
+    yield from tracker_problems(config.tracking.report_to)
+
+
+def check(config: TrainConfig) -> TrainConfig:
+    """``config``, or a ValueError with the first problem ``registry_problems`` finds."""
+    for problem in registry_problems(config):
+        raise ValueError(f"invalid config: {problem}")
+    return config
