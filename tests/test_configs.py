@@ -1,8 +1,10 @@
 """Every shipped config and comparison spec is valid (checked without loading any model)."""
 
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pods.config import from_dict, load_yaml, read_yaml
 from pods.experiments.compare import load_spec
@@ -16,8 +18,31 @@ SHOWCASE = sorted(p for p in CONFIGS.glob("*.yaml") if "compare" not in p.name)
 ACCELERATE = sorted((CONFIGS / "accelerate").glob("*.yaml"))
 
 
-def test_configs_are_shipped():
-    assert len(TRAIN) >= 8 and len(SPECS) >= 3 and len(ACCELERATE) >= 2
+def _named_in_docs() -> set[Path]:
+    """The config files README.md and docs/ name (``{a,b}`` alternatives expanded)."""
+    root, found = CONFIGS.parent, set()
+    for page in [root / "README.md", *(root / "docs").rglob("*.md")]:
+        for name in re.findall(r"configs/[\w./{},-]+\.(?:yaml|sh)", page.read_text()):
+            names = [name]
+            while any("{" in n for n in names):
+                n = next(n for n in names if "{" in n)
+                head, options, tail = re.match(r"(.*?)\{([^}]*)\}(.*)", n).groups()
+                names.remove(n)
+                names += [head + option + tail for option in options.split(",")]
+            found |= {root / n for n in names}
+    return found
+
+
+def test_every_config_the_docs_name_is_shipped_and_every_shipped_one_is_used():
+    """A documented command names files that exist; a shipped config is documented or run
+    by a shipped comparison spec (no orphans)."""
+    named = _named_in_docs()
+    assert sorted(str(p) for p in named if not p.is_file()) == []
+    in_specs = {path.parent / variant for path in SPECS
+                for variant in (yaml.safe_load(path.read_text()).get("variants") or {}).values()
+                if isinstance(variant, str)}
+    shipped = {p for p in CONFIGS.rglob("*") if p.suffix in (".yaml", ".sh")}
+    assert sorted(str(p) for p in shipped - named - in_specs) == []
 
 
 @pytest.mark.parametrize("path", TRAIN, ids=lambda p: p.name)

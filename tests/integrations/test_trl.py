@@ -72,6 +72,16 @@ def test_unknown_rule(tmp_path):
         "rule(rewards [P, n], m) -> LongTensor [P, m].")
 
 
+def test_the_rule_help_names_every_registered_rule():
+    """--pods_rule's help is built from the registry, so a new rule shows up in it."""
+    import dataclasses
+
+    from pods.core.downsample import RULES
+
+    (field,) = [f for f in dataclasses.fields(PODSGRPOConfig) if f.name == "pods_rule"]
+    assert [name for name in RULES if name not in field.metadata["help"]] == []
+
+
 def test_generation_batch_size_counts_generated_rollouts(tmp_path):
     with pytest.raises(ValueError) as error:
         config(tmp_path, generation_batch_size=20)

@@ -45,15 +45,15 @@ def test_fsdp2_matches_ddp_and_one_process(tiny_model_dir, tmp_path, one):
     tensors = saved_tensors(tmp_path / "fsdp" / "checkpoints" / "step_000004" / "model")
     assert "lm_head.weight" not in tensors and "model.embed_tokens.weight" in tensors
     assert len(tensors) == 14  # embeddings, 1 layer of 12, the final norm
-    engine = tmp_path / "fsdp" / "checkpoints" / "step_000004" / "engine"
-    stored = FileSystemReader(str(engine)).read_metadata().state_dict_metadata
+    shards = tmp_path / "fsdp" / "checkpoints" / "step_000004" / "shards"
+    stored = FileSystemReader(str(shards)).read_metadata().state_dict_metadata
     # weights and Adam moments are stored as one half per rank: they were sharded
     for key in ("model.model.layers.0.mlp.up_proj.weight",
                 "optimizer.state.model.layers.0.mlp.up_proj.weight.exp_avg_sq"):
         assert [tuple(c.sizes) for c in stored[key].chunks] == [(64, 32), (64, 32)]
-    assert json.loads((engine / fsdp.LAYOUT).read_text()) == {"parallelism": "fsdp2",
+    assert json.loads((shards / fsdp.LAYOUT).read_text()) == {"parallelism": "fsdp2",
                                                               "world": 2}
-    assert not (tmp_path / "ddp" / "checkpoints" / "step_000004" / "engine").exists()
+    assert not (tmp_path / "ddp" / "checkpoints" / "step_000004" / "shards").exists()
 
 
 def test_fsdp2_resume_continues_the_run(tiny_model_dir, tmp_path, one):
@@ -117,12 +117,16 @@ def test_vllm_is_refused_under_fsdp2():
 
 
 def test_shards_of_another_world_size_are_refused(tmp_path):
-    engine = tmp_path / "run" / "checkpoints" / "step_000002" / "engine"
-    engine.mkdir(parents=True)
-    (engine / fsdp.LAYOUT).write_text(json.dumps({"parallelism": "fsdp2", "world": 4}))
+    checkpoint = tmp_path / "run" / "checkpoints" / "step_000002"
+    old = checkpoint / "engine"  # the folder's name in checkpoints of earlier versions
+    old.mkdir(parents=True)
+    assert fsdp.shards_dir(checkpoint) == old
+    (old / fsdp.LAYOUT).write_text(json.dumps({"parallelism": "fsdp2", "world": 4}))
     with pytest.raises(ValueError, match="shards of 4 processes, but this run has 2; resume "
                                          "with `torchrun --nproc_per_node 4"):
-        fsdp.load(None, None, engine, world=2)
+        fsdp.load(None, None, fsdp.shards_dir(checkpoint), world=2)
+    (checkpoint / "shards").mkdir()
+    assert fsdp.shards_dir(checkpoint) == checkpoint / "shards"
     with pytest.raises(ValueError, match="not written under FSDP2"):
         fsdp.load(None, None, tmp_path, world=2)
 

@@ -46,8 +46,8 @@ def group_advantages(
         raise ValueError(f"rewards must have shape [P, m], got {tuple(rewards.shape)}.")
     rewards = rewards.float() if not rewards.is_floating_point() else rewards
     centred = rewards - rewards.mean(dim=1, keepdim=True)  # [P, m]
-    flat = rewards.amax(dim=1, keepdim=True) == rewards.amin(dim=1, keepdim=True)  # [P, 1]
-    centred = centred.masked_fill(flat, 0.0)  # exact zeros, whatever the float rounding
+    all_equal = rewards.amax(dim=1, keepdim=True) == rewards.amin(dim=1, keepdim=True)  # [P, 1]
+    centred = centred.masked_fill(all_equal, 0.0)  # exact zeros, whatever the float rounding
     if scale == "none":
         return centred
     if scale == "group":
@@ -91,8 +91,8 @@ def masked_group_advantages(
     count = w.sum(dim=1, keepdim=True)  # [P, 1] k_g
     mean = (rewards * w).sum(dim=1, keepdim=True) / count.clamp(min=1)  # [P, 1]
     centred = (rewards - mean) * w  # [P, n]
-    flat = kept_flat(rewards, keep).unsqueeze(1)  # [P, 1]
-    centred = centred.masked_fill(flat, 0.0)  # exact zeros, as in group_advantages
+    all_equal = kept_all_equal(rewards, keep).unsqueeze(1)  # [P, 1]
+    centred = centred.masked_fill(all_equal, 0.0)  # exact zeros, as in group_advantages
     if scale == "none":
         return centred
     if scale == "group":
@@ -104,7 +104,7 @@ def masked_group_advantages(
     return centred / (std + eps) * w
 
 
-def kept_flat(rewards: Tensor, keep: Tensor) -> Tensor:
+def kept_all_equal(rewards: Tensor, keep: Tensor) -> Tensor:
     """[P] bool: whether each group's kept rewards (rewards [P, n] where keep [P, n]) are all
     equal (False for a group that keeps none: its entries are masked out anyway)."""
     big = torch.finfo(rewards.dtype).max

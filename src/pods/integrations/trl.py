@@ -85,9 +85,9 @@ class PODSGRPOConfig(GRPOConfig):
     # Typed str so that HfArgumentParser / TrlParser can read it from the command line; from
     # Python a callable works too.
     pods_rule: str = field(default="max_variance", metadata={
-        "help": "Down-sampling rule: a name in pods.core.downsample.RULES (max_variance, the "
-                "paper's choice; max_reward, min_reward, random, percentile) or, from Python, "
-                "a callable rule(rewards [P, n], m) -> LongTensor [P, m] of kept columns."})
+        "help": "Down-sampling rule: a name in pods.core.downsample.RULES (max_variance is "
+                f"the paper's; all: {', '.join(sorted(RULES))}) or, from Python, a callable "
+                "rule(rewards [P, n], m) -> LongTensor [P, m] of kept columns."})
 
     def __post_init__(self):
         n, kept = self.num_generations, self.per_device_train_batch_size

@@ -7,7 +7,7 @@ Layout of a run folder:
     checkpoints/step_000120/     model/ (save_pretrained: weights, config, tokenizer),
                                  config.yaml (the config it was written with) and
                                  state.pt (optimizer, RNG states, clock, counters); under
-                                 FSDP2 also engine/ (every rank's weight and optimizer
+                                 FSDP2 also shards/ (every rank's weight and optimizer
                                  shards, pods.train.fsdp), and state.pt holds no optimizer
     checkpoints/latest           name of the newest complete checkpoint
 

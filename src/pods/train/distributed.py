@@ -133,12 +133,12 @@ class Dist:
         None where ``save_pretrained`` can read them from the module itself."""
         return fsdp.full_state_dict(model) if self.fsdp2 else None
 
-    def save_engine_state(self, path) -> None:
+    def save_shards(self, path) -> None:
         """FSDP2 only: every rank writes its weight and optimizer shards."""
         if self.fsdp2:
             fsdp.save(self.model, self.optimizer, path, self.world, self.rank)
 
-    def load_engine_state(self, path) -> None:
+    def load_shards(self, path) -> None:
         fsdp.load(self.model, self.optimizer, path, self.world)
 
     # ---- collectives -------------------------------------------------------------------

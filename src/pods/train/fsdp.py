@@ -22,7 +22,16 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-LAYOUT = "layout.json"  # in a checkpoint's engine/ folder: how many ranks wrote it
+LAYOUT = "layout.json"  # in a checkpoint's shards/ folder: how many ranks wrote it
+SHARDS = "shards"  # a checkpoint's folder of every rank's shards
+
+
+def shards_dir(checkpoint: Path) -> Path:
+    """Where ``checkpoint`` keeps its FSDP2 shards: shards/, or engine/ in the checkpoints
+    of pods versions that named the folder so."""
+    shards = checkpoint / SHARDS
+    return shards if shards.is_dir() or not (checkpoint / "engine").is_dir() \
+        else checkpoint / "engine"
 
 
 def check_accelerate_plugin(plugin) -> None:
@@ -146,7 +155,7 @@ def load(model, optimizer, path: Path, world: int) -> None:
     run = path.parent.parent.parent
     if not (path / LAYOUT).is_file():
         raise ValueError(f"{path.parent} was not written under FSDP2 (it has no "
-                         f"engine/{LAYOUT}); resume it the way it ran (--parallelism ddp).")
+                         f"{SHARDS}/{LAYOUT}); resume it the way it ran (--parallelism ddp).")
     written = json.loads((path / LAYOUT).read_text())["world"]
     if written != world:
         raise ValueError(f"{path.parent} holds FSDP2 shards of {written} processes, but this "

@@ -22,6 +22,7 @@ import torch
 from pods.config import TrainConfig, save_yaml
 from pods.evaluation import evaluate
 from pods.tracking import Trackers
+from pods.train import fsdp
 from pods.train.checkpoint import (
     WRITE_ERRORS,
     CheckpointWriteError,
@@ -194,7 +195,7 @@ class Run:
             if dist.is_main:
                 save_yaml(self.cfg, start_checkpoint(self.run_dir, step) / "config.yaml")
             dist.barrier()
-            dist.save_engine_state(staging_dir(self.run_dir, step) / "engine")
+            dist.save_shards(staging_dir(self.run_dir, step) / fsdp.SHARDS)
             path = None
             if dist.is_main:
                 path = finish_checkpoint(self.run_dir, step, t.model, t.tokenizer, state,

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from pods.config.groups import SCOPES
-from pods.core.advantages import group_advantages, kept_flat, masked_group_advantages
+from pods.core.advantages import group_advantages, kept_all_equal, masked_group_advantages
 from pods.core.batch_downsample import batch_max_variance
 from pods.core.downsample import downsample
 
@@ -51,13 +51,13 @@ def selection_stats(rewards: Tensor, keep: Tensor, lengths: Tensor,
     count = w.sum(dim=1).clamp(min=1)  # [P]
     mean = (rewards.double() * w).sum(dim=1) / count  # [P]
     var_kept = (((rewards.double() - mean[:, None]) ** 2) * w).sum(dim=1) / count  # [P]
-    flat = kept_flat(rewards, keep)  # [P]
+    all_equal = kept_all_equal(rewards, keep)  # [P]
     return {
         "select/reward_mean": _mean(rewards[keep]),
         "select/var_full": rewards.var(dim=1, correction=0).mean().item(),
         "select/var_kept": _mean(var_kept[live]),
         "select/zero_var_frac_full": (rewards.amax(1) == rewards.amin(1)).float().mean().item(),
-        "select/zero_var_frac": _mean(flat[live].float()),
+        "select/zero_var_frac": _mean(all_equal[live].float()),
         "select/kept": int(keep.sum()),
         "select/groups_kept": live.float().mean().item(),
         "select/pad_rows": int(world * counts.max() - counts.sum()),

@@ -26,6 +26,7 @@ from pods.rollout.prompts import drop_long_prompts, render_prompts
 from pods.tasks import get_task
 from pods.tasks.scoring import Scorer
 from pods.tracking import check_installed
+from pods.train import fsdp
 from pods.train.checkpoint import restore_rng_states, rng_states
 from pods.train.checks import check
 from pods.train.distributed import Dist, launched_world_size, rank_batch
@@ -176,12 +177,12 @@ class Trainer:
     def load_state_dict(self, state: dict, checkpoint: Path) -> None:
         """Weights from ``checkpoint`` and the rest from its ``state`` (``state_dict``)."""
         if self.dist.sharded:  # weights and optimizer from the ranks' shards
-            self.dist.load_engine_state(checkpoint / "engine")
+            self.dist.load_shards(fsdp.shards_dir(checkpoint))
         else:
             self._load_weights(checkpoint)
             if state["optimizer"] is None:
-                raise ValueError(f"{checkpoint} was written under FSDP2; resume it with "
-                                 f"as many processes as it ran on (its shards in engine/).")
+                raise ValueError(f"{checkpoint} was written under FSDP2; resume it with as "
+                                 f"many processes as it ran on (its shards in {fsdp.SHARDS}/).")
             self.optimizer.load_state_dict(state["optimizer"])
         self.step_count, self.clock.seconds = state["step"], state["clock"]
         self.engine.sync_weights(self.model)  # the engine generates from the restored weights
