@@ -91,7 +91,8 @@ def time_update(model, engine, prompts, new, m=16) -> float:
     """Seconds of one pods.train.update step on P*m kept rollouts (after a warm-up step)."""
     from pods.config import from_dict
     from pods.rollout import sample_keys
-    from pods.train.update import policy_update
+    from pods.train.selection import KeptBatch
+    from pods.train.update import UpdateSpec, policy_update
 
     batch = engine.generate(prompts, m, 1.0, new, sample_keys(7, torch.arange(len(prompts))))
     cfg = from_dict(dict(prompts_per_step=len(prompts), n=64, m=m, max_new_tokens=new))
@@ -99,9 +100,10 @@ def time_update(model, engine, prompts, new, m=16) -> float:
     advantages = torch.randn(len(batch.texts))
 
     def update(cfg):
-        policy_update(model, None, optimizer, batch, advantages, cfg.optim, cfg.loss,
-                      temperature=cfg.rollout.temperature,
-                      max_new_tokens=cfg.rollout.max_new_tokens)
+        kept = KeptBatch(batch, advantages, kept=len(advantages), pad_rows=0)
+        spec = UpdateSpec(cfg.optim, cfg.loss, cfg.rollout.temperature,
+                          cfg.rollout.max_new_tokens)
+        policy_update(model, None, optimizer, kept, spec)
 
     model.train()
     update(cfg)

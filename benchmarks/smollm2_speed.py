@@ -137,11 +137,12 @@ def vllm_rows(folder: str, sizes: list[int], repeats: int, seeded: bool) -> list
 
 def pods_update(model, optimizer, batch, advantages, mixed: str, cfg) -> None:
     from pods.models.precision import autocast
-    from pods.train.update import policy_update
+    from pods.train.selection import KeptBatch
+    from pods.train.update import UpdateSpec, policy_update
 
+    kept = KeptBatch(batch, advantages, kept=len(advantages), pad_rows=0)
     with autocast(torch.device("cpu"), mixed):
-        policy_update(model, None, optimizer, batch, advantages, cfg.optim, cfg.loss,
-                      temperature=T, max_new_tokens=NEW)
+        policy_update(model, None, optimizer, kept, UpdateSpec(cfg.optim, cfg.loss, T, NEW))
 
 
 def bare_update(model, optimizer, batch, advantages, mixed: str, cfg) -> None:

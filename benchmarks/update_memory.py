@@ -36,7 +36,8 @@ def measure(m: int, micro: int | None, device: str) -> dict:
 
     from pods.config import from_dict
     from pods.rollout import Rollouts
-    from pods.train.update import policy_update
+    from pods.train.selection import KeptBatch
+    from pods.train.update import UpdateSpec, policy_update
 
     torch.manual_seed(0)
     dev = torch.device(device)
@@ -56,9 +57,10 @@ def measure(m: int, micro: int | None, device: str) -> dict:
     advantages = torch.randn(B, device=dev)
 
     def update(cfg):
-        policy_update(model, None, optimizer, batch, advantages, cfg.optim, cfg.loss,
-                      temperature=cfg.rollout.temperature,
-                      max_new_tokens=cfg.rollout.max_new_tokens)
+        kept = KeptBatch(batch, advantages, kept=len(advantages), pad_rows=0)
+        spec = UpdateSpec(cfg.optim, cfg.loss, cfg.rollout.temperature,
+                          cfg.rollout.max_new_tokens)
+        policy_update(model, None, optimizer, kept, spec)
 
     update(cfg)  # warm-up: optimizer state
     if dev.type == "cuda":

@@ -4,8 +4,7 @@ import torch
 from pods.core.advantages import group_advantages
 from pods.core.downsample import downsample
 from pods.rollout import Rollouts
-from pods.train.distributed import rank_batch
-from pods.train.selection import select, selection_stats
+from pods.train.selection import rank_batch, select, selection_stats
 
 
 def rollouts(rows: int, width: int = 3) -> Rollouts:
@@ -42,14 +41,19 @@ def test_rank_batch_pads_every_rank_to_the_busiest():
     padded with 2 copies of its first rollout, masked out, advantage 0."""
     keep = torch.tensor([[1, 0, 1], [0, 1, 0], [0, 0, 0], [0, 0, 1]], dtype=torch.bool)
     adv = torch.arange(12, dtype=torch.float32).view(4, 3) * keep
-    zero, z_adv = rank_batch(rollouts(6), keep, adv, rank=0, world=2)
-    assert zero.prompt_ids.flatten().tolist() == [0, 2, 4] and z_adv.tolist() == [0, 2, 4]
-    one, o_adv = rank_batch(rollouts(6), keep, adv, rank=1, world=2)
-    assert one.prompt_ids.flatten().tolist() == [5, 0, 0] and o_adv.tolist() == [11, 0, 0]
-    assert one.completion_mask.sum(1).tolist() == [3, 0, 0]  # row 5: 1 + 5 % 3 tokens
-    assert one.texts == ["5", "0", "0"]
-    alone, _ = rank_batch(rollouts(12), keep, adv, rank=0, world=1)  # one process: no pad
-    assert alone.prompt_ids.flatten().tolist() == [0, 2, 4, 11]
+    zero = rank_batch(rollouts(6), keep, adv, rank=0, world=2)
+    assert zero.rows.prompt_ids.flatten().tolist() == [0, 2, 4]
+    assert zero.advantages.tolist() == [0, 2, 4]
+    one = rank_batch(rollouts(6), keep, adv, rank=1, world=2)
+    assert one.rows.prompt_ids.flatten().tolist() == [5, 0, 0]
+    assert one.advantages.tolist() == [11, 0, 0]
+    assert one.rows.completion_mask.sum(1).tolist() == [3, 0, 0]  # row 5: 1 + 5 % 3 tokens
+    assert one.rows.texts == ["5", "0", "0"]
+    # counted once, the same on every rank: 4 kept over the ranks, 2 padding rows (rank 1)
+    assert (zero.kept, zero.pad_rows) == (one.kept, one.pad_rows) == (4, 2)
+    alone = rank_batch(rollouts(12), keep, adv, rank=0, world=1)  # one process: no pad
+    assert alone.rows.prompt_ids.flatten().tolist() == [0, 2, 4, 11]
+    assert (alone.kept, alone.pad_rows) == (4, 0)
 
 
 def test_selection_stats_worked_numbers():
@@ -67,5 +71,4 @@ def test_selection_stats_worked_numbers():
     assert s["select/zero_var_frac_full"] == pytest.approx(1 / 3)
     assert s["select/completion_len"] == pytest.approx((1 + 2 + 3 + 6 + 8) / 5)
     assert s["select/pad_rows"] == 0
-    keep = torch.tensor([[1, 1, 1, 0], [0, 0, 0, 0]], dtype=torch.bool)  # 2 ranks: 3 and 0
-    assert selection_stats(rewards[:2], keep, lengths[:2], world=2)["select/pad_rows"] == 3
+    assert selection_stats(rewards, keep, lengths, pad_rows=3)["select/pad_rows"] == 3

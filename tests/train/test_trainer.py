@@ -46,9 +46,9 @@ def test_update_sees_only_the_kept_rollouts(tiny_model_dir, tmp_path, monkeypatc
     seen = []
     real = trainer_module.policy_update
 
-    def spy(model, ref, optimizer, batch, advantages, optim, loss, **kwargs):
-        seen.append((batch.completion_ids.shape[0], advantages.shape[0], kwargs["kept"]))
-        return real(model, ref, optimizer, batch, advantages, optim, loss, **kwargs)
+    def spy(model, ref, optimizer, kept, *args, **kwargs):
+        seen.append((kept.rows.completion_ids.shape[0], kept.advantages.shape[0], kept.kept))
+        return real(model, ref, optimizer, kept, *args, **kwargs)
 
     monkeypatch.setattr(trainer_module, "policy_update", spy)
     train(config(tiny_model_dir, tmp_path, prompts_per_step=3, n=8, m=3))

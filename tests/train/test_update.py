@@ -12,7 +12,8 @@ import torch
 
 from pods.config import LossConfig, OptimConfig
 from pods.rollout import Rollouts
-from pods.train.update import policy_update
+from pods.train.selection import KeptBatch
+from pods.train.update import UpdateSpec, policy_update
 
 
 class Bigram(torch.nn.Module):
@@ -34,12 +35,15 @@ def rollouts(tokens, mask):
 
 
 def update(model, batch, advantages, ref=None, kept=None, **fields):
+    """policy_update on ``batch`` with ``advantages``; ``kept`` (default: every row) is the
+    count the normaliser divides by, as rank_batch gives it."""
     optim = OptimConfig(**{"max_grad_norm": 0.0, **{k: v for k, v in fields.items()
                                                     if k in ("num_iterations",)}})
     loss = LossConfig(**{k: v for k, v in fields.items() if k in ("beta", "norm")})
     sgd = torch.optim.SGD(model.parameters(), lr=1.0)
-    return policy_update(model, ref, sgd, batch, torch.tensor(advantages), optim, loss,
-                         temperature=1.0, max_new_tokens=4, kept=kept)
+    rows = KeptBatch(batch, torch.tensor(advantages), kept=len(advantages) if kept is None
+                     else kept, pad_rows=0 if kept is None else len(advantages) - kept)
+    return policy_update(model, ref, sgd, rows, UpdateSpec(optim, loss, 1.0, 4))
 
 
 def test_padding_rows_add_nothing_and_the_normaliser_counts_kept_rows():

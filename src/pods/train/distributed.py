@@ -23,7 +23,6 @@ import torch
 from torch import Tensor
 
 from pods.models.policy import resolve_device
-from pods.rollout import Rollouts
 from pods.train import fsdp
 
 
@@ -191,28 +190,3 @@ class Dist:
                               f"most likely because another rank failed")
 
         signal.signal(signal.SIGTERM, stop)
-
-
-def rank_batch(rollouts: Rollouts, keep: Tensor, advantages: Tensor, rank: int,
-               world: int) -> tuple[Rollouts, Tensor]:
-    """This rank's kept rollouts and their advantages [K], in row order.
-
-    ``keep``/``advantages`` [P, n] cover all ranks; ``rollouts`` holds this rank's P/world
-    groups. With batch-level selection ranks keep different numbers, so every rank's batch
-    is padded to the busiest rank's size with copies of its first rollout whose completion
-    mask is zero and advantage 0: they add nothing to the loss or its normaliser, and every
-    rank makes the same number of forward and backward passes (DDP and FSDP need that)."""
-    P, n = keep.shape
-    per = P // world
-    counts = keep.view(world, per * n).sum(1)  # [W] rows kept per rank
-    mine = slice(rank * per, (rank + 1) * per)
-    rows = keep[mine].flatten().nonzero().flatten()  # [K_r] of this rank's per*n
-    adv = advantages[mine][keep[mine]]  # [K_r]
-    pad = int(counts.max()) - len(rows)
-    if pad:
-        rows = torch.cat([rows, rows.new_zeros(pad)])
-        adv = torch.cat([adv, adv.new_zeros(pad)])
-    batch = rollouts.select(rows)
-    if pad:
-        batch.completion_mask[len(rows) - pad:] = 0
-    return batch, adv

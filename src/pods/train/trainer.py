@@ -29,12 +29,12 @@ from pods.tracking import check_installed
 from pods.train import fsdp
 from pods.train.checkpoint import restore_rng_states, rng_states
 from pods.train.checks import check
-from pods.train.distributed import Dist, launched_world_size, rank_batch
+from pods.train.distributed import Dist, launched_world_size
 from pods.train.interrupts import Interrupts
 from pods.train.progress import Clock
 from pods.train.schedule import budget_progress, lr_multiplier
-from pods.train.selection import select, selection_stats
-from pods.train.update import peak_memory_mb, policy_update
+from pods.train.selection import rank_batch, select, selection_stats
+from pods.train.update import UpdateSpec, peak_memory_mb, policy_update
 
 
 class Trainer:
@@ -80,6 +80,8 @@ class Trainer:
         self.clock, self.step_count = Clock(), 0
         self.before_step, self.updating = None, False  # a step under way (failures)
         self.interrupts = Interrupts(self.log)  # Ctrl-C: held from the update on (the run)
+        self.update_spec = UpdateSpec(config.optim, config.loss, config.rollout.temperature,
+                                      config.rollout.max_new_tokens)
 
     def _reference_model(self):
         """The KL reference: a frozen copy of the start, or None (no KL, or LoRA, whose
@@ -138,8 +140,9 @@ class Trainer:
                                       max_per_group=s.max_kept_per_group,
                                       generator=self.select_gen, lengths=all_lengths,
                                       adv_scale=self.cfg.loss.adv_scale)  # [P, n] each
-            batch, advantages = rank_batch(rollouts, keep, advantages, self.dist.rank,
-                                           self.dist.world)  # this rank's kept rows [K]
+            kept = rank_batch(rollouts, keep, advantages, self.dist.rank,
+                              self.dist.world)  # this rank's kept rows [K]
+            kept.advantages = kept.advantages.to(self.device)
         self.updating = True  # from here a failure leaves the weights half-updated
         # so Ctrl-C is held until the run has recorded this step (pods.train.interrupts)
         self.interrupts.hold(f"the update of step {self.step_count + 1}")
@@ -149,11 +152,8 @@ class Trainer:
         else:
             with self.clock.phase("update"), self.engine.asleep(), \
                     autocast(self.device, self.cfg.model.mixed_precision):
-                losses = policy_update(
-                    self.wrapped, self.ref_model, self.optimizer, batch,
-                    advantages.to(self.device), self.cfg.optim, self.cfg.loss,
-                    temperature=r.temperature, max_new_tokens=r.max_new_tokens,
-                    dist=self.dist, kept=int(keep.sum()))
+                losses = policy_update(self.wrapped, self.ref_model, self.optimizer, kept,
+                                       self.update_spec, self.dist)
         with self.clock.phase("sync"):  # the engine samples the next step from new weights
             self.engine.sync_weights(self.model)
         self.step_count += 1
@@ -162,7 +162,7 @@ class Trainer:
         self.clock.seconds = slowest["time"]  # every rank keeps the slowest rank's clock
         return {"kind": "step", "step": self.step_count, **slowest, **counts,
                 "rollout/reward_mean": rewards.mean().item(), "optim/lr": lr,
-                **selection_stats(rewards, keep, all_lengths, self.dist.world),
+                **selection_stats(rewards, keep, all_lengths, kept.pad_rows),
                 **losses, "time/step": self.clock.seconds - step_start}
 
     # ---- the trainer's state, for checkpoints and stopping (pods.train.run) -------------

@@ -1,9 +1,17 @@
-"""The policy update on the kept rollouts: micro-batches, gradient accumulation, iterations."""
+"""The policy update on the kept rollouts: micro-batches, gradient accumulation, iterations.
+
+    policy_update(model, ref_model, optimizer, batch, spec, dist)
+        batch  KeptBatch (pods.train.selection): this rank's kept rows, their advantages,
+               and the kept count over the ranks
+        spec   UpdateSpec: the optimizer and loss groups of the config, and the two rollout
+               settings the loss needs
+"""
 
 from __future__ import annotations
 
 import resource
 import sys
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -13,6 +21,17 @@ from pods.core.loss import loss_normalizer, policy_loss
 from pods.models.logprobs import completion_logprobs
 from pods.rollout import Rollouts
 from pods.train.distributed import Dist
+from pods.train.selection import KeptBatch
+
+
+@dataclass(frozen=True)
+class UpdateSpec:
+    """How to update, besides on what: fixed for a run."""
+
+    optim: OptimConfig  # iterations, micro-batches, gradient clipping
+    loss: LossConfig  # clipping, KL, normalisation
+    temperature: float  # the sampling temperature: log-probs are taken at it
+    max_new_tokens: int  # the constant normaliser's budget
 
 
 def _micro_batches(batch_size: int, micro: int | None) -> list[slice]:
@@ -41,31 +60,31 @@ def _reference_logprobs(model, ref_model, batch: Rollouts, parts: list[slice],
         return _frozen_logprobs(model, batch, parts, temperature)
 
 
-def policy_update(model, ref_model, optimizer, batch: Rollouts, advantages: Tensor,
-                  optim: OptimConfig, loss_cfg: LossConfig, *, temperature: float,
-                  max_new_tokens: int, dist: Dist | None = None,
-                  kept: int | None = None) -> dict[str, float]:
-    """``optim.num_iterations`` optimizer steps on ``batch`` (B kept rollouts, advantages
-    [B]), each accumulating gradients over micro-batches. Log-probs are taken at the
-    sampling ``temperature``; ``max_new_tokens`` is the constant normaliser's budget.
+def policy_update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
+                  dist: Dist | None = None) -> dict[str, float]:
+    """``optim.num_iterations`` optimizer steps on ``kept`` (B rollouts, advantages [B]),
+    each accumulating gradients over micro-batches. Log-probs are taken at the sampling
+    temperature; ``max_new_tokens`` is the constant normaliser's budget.
     Returns the mean loss stats, and ``rollout/logprob_gap`` where the engine returned its
     sampled log-probs: the mean absolute difference per kept token between them and the
     trainer's recomputation (the engine/trainer mismatch; taken from the first pass, before
     any optimizer step).
 
-    With ``dist`` (data parallel, W ranks), ``batch`` is this rank's share of the kept
+    With ``dist`` (data parallel, W ranks), ``kept.rows`` is this rank's share of the kept
     rollouts and the engine averages the W gradients; each rank's loss is normalised by
     the whole batch's normaliser / W, so the average is exactly the one-process loss.
-    ``kept`` is the whole batch's number of kept rollouts over the ranks (default B * W);
-    rows beyond it are padding with a zero completion mask (``pods.train.selection``)."""
+    ``kept.kept`` is the whole batch's number of kept rollouts over the ranks; rows beyond
+    it are padding with a zero completion mask (``pods.train.selection.rank_batch``)."""
     dist = dist or Dist(world=1)
+    batch, advantages = kept.rows, kept.advantages
+    optim, loss_cfg, temperature = spec.optim, spec.loss, spec.temperature
     base = dist.unwrap(model)  # no-grad passes and the LoRA switch skip the engine wrapper
     B = advantages.shape[0]
     parts = _micro_batches(B, optim.micro_batch_size)
     mask = batch.completion_mask.float()  # [B, Lc]
     tokens = dist.reduce({"tokens": mask.sum().item()}, "sum")["tokens"]  # over the ranks
-    normalizer = loss_normalizer(loss_cfg.norm, B * dist.world if kept is None else kept,
-                                 tokens, max_new_tokens) / dist.world
+    normalizer = loss_normalizer(loss_cfg.norm, kept.kept, tokens,
+                                 spec.max_new_tokens) / dist.world
     old = _frozen_logprobs(base, batch, parts, temperature) \
         if optim.num_iterations > 1 else None  # [B, Lc] the sampling policy, kept fixed
     ref = _reference_logprobs(base, ref_model, batch, parts, temperature) \
