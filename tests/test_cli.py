@@ -97,6 +97,7 @@ def test_compare_and_plot(tiny_model_dir, tmp_path):
     (["train", "--max-time", "-1"], "max_time=-1.0 must be positive"),
     (["train", "--config", "missing.yaml"], "missing.yaml does not exist"),
     (["eval", "nowhere"], "name the test sets with --task"),
+    (["eval", "tiny", "--task", "gsm8k"], "'tiny' only knows the arithmetic task"),
     (["plot", "nowhere"], "neither a run folder"),
     (["train", "--model", "no-such-org/no-such-model", "--max-steps", "1"],
      "could not load the model 'no-such-org/no-such-model'"),

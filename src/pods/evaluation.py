@@ -105,6 +105,7 @@ def evaluate_path(path: str, tasks: list[str] | None = None, repeats: int = 5,
     from pods.rollout.prompts import drop_long_prompts
     from pods.tasks import get_task
     from pods.train.checkpoint import checkpoints_and_config, latest_checkpoint
+    from pods.train.checks import check
 
     log = log or (lambda line: print(line, file=sys.stderr))
     if repeats < 1 or temperature < 0:
@@ -121,7 +122,7 @@ def evaluate_path(path: str, tasks: list[str] | None = None, repeats: int = 5,
         source = None
     overrides = {k: v for k, v in dict(data_dir=data_dir, max_new_tokens=max_new_tokens,
                                        engine=engine).items() if v is not None}
-    cfg = cfg.replace(**overrides, **(fields or {}))
+    cfg = check(cfg.replace(**overrides, **(fields or {})))  # task and engine names, say
     on = resolve_device(device)
     max_tokens = cfg.rollout.max_new_tokens
     resolve_engine(cfg.rollout, on)  # an unusable engine fails before loading
