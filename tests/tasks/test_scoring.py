@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from pods.tasks import Problem, Task
+from pods.tasks import Graded, Problem, Task
 from pods.tasks.scoring import RewardError, Scorer, checked_reward
 
 PROBLEM = Problem("12+30=", "24")
@@ -73,24 +73,23 @@ def test_zero_policy_scores_zero_counts_and_warns_once():
 
 
 class Ungradable(Task):
-    """A task whose grader fails to compare every answer containing '?'."""
+    """A task whose grader fails to compare every answer containing '?' (and says so in
+    what it returns: Task.graded)."""
 
     def __init__(self, workers=1):
         self.reward_workers = workers
 
     def reward(self, completion, problem):
-        from pods.tasks.scoring import note_grading_failure
+        return self.graded(completion, problem).value
 
-        if "?" in completion:
-            note_grading_failure()
-            return 0.0
-        return 1.0
+    def graded(self, completion, problem):
+        return Graded(0.0, failed=True) if "?" in completion else Graded(1.0)
 
 
 @pytest.mark.parametrize("workers", [1, 3])
 def test_scores_count_this_calls_grading_failures(workers):
-    """The count is the call's own (also when rewards run on worker threads), not a diff
-    of a process-wide counter: a second call starts from 0."""
+    """The count is the call's own (also when rewards run on worker threads), from what
+    each grading returned: a second call starts from 0."""
     scorer = Scorer(Ungradable(workers))
     first = scorer.rewards(["a", "?", "?", "b"], [PROBLEM, PROBLEM], n=2)
     assert first.grading_failures == 2 and first.reward_errors == 0
@@ -101,11 +100,10 @@ def test_scores_count_this_calls_grading_failures(workers):
 def test_math_grading_failures_reach_the_scores(monkeypatch):
     """The math grader reports what it could not compare (here: math-verify raising)."""
     from pods.tasks.math import grader
-    from pods.tasks.math.rewards import math_reward
+    from pods.tasks.math.rewards import MathGraded
 
-    class Math(Task):
-        def reward(self, completion, problem):
-            return math_reward(completion, problem.answer)
+    class Math(MathGraded):
+        pass
 
     def broken(pred, gold):
         raise RuntimeError("sympy fell over")

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 
 from pods.config.checks import one_of
 from pods.config.groups import TaskConfig
-from pods.tasks.base import Problem, Task
+from pods.tasks.base import Graded, Problem, Task
 
-__all__ = ["TASKS", "Problem", "Task", "get_task", "task_problems"]
+__all__ = ["TASKS", "Graded", "Problem", "Task", "get_task", "task_problems"]
 
 
 def _arithmetic(config: TaskConfig, seed: int) -> Task:

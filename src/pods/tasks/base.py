@@ -15,17 +15,30 @@ and may override any optional member, each defaulted here:
                       None: evaluation counts a reward of at least 1 as correct
     format_ok(completion) -> bool | None
                       None: the task asks for no layout (no format accuracy is reported)
+    graded(completion, problem) -> Graded
+                      the reward and whether grading failed (an answer the grader could
+                      not compare: an error or a timeout, graded wrong); default: the
+                      reward, never failed
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
 class Problem:
     prompt: str  # the text the model continues
     answer: str  # the gold answer the reward checks against
+
+
+class Graded(NamedTuple):
+    """A reward and whether grading failed (the answer graded wrong because the grader
+    could not compare it: counted in ``rollout/grading_failures``)."""
+
+    value: float
+    failed: bool = False
 
 
 class Task:
@@ -52,3 +65,7 @@ class Task:
     def format_ok(self, completion: str) -> bool | None:
         """Whether ``completion`` has the layout the task asks for; None: it asks for none."""
         return None
+
+    def graded(self, completion: str, problem: Problem) -> Graded:
+        """The reward and whether grading failed; tasks whose grader can fail override it."""
+        return Graded(self.reward(completion, problem))

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pods.tasks.base import Problem, Task
-from pods.tasks.math.rewards import PAPER_WEIGHTS, MathRewardConfig, math_reward
+from pods.tasks.base import Graded, Problem, Task
+from pods.tasks.math.rewards import PAPER_WEIGHTS, MathRewardConfig, math_graded, math_reward
 
 RewardFn = Callable[[str, str], float]
 
@@ -136,6 +136,12 @@ class CustomTask(Task):
         if self._fn is None:
             return math_reward(completion, problem.answer, self.weights)
         return self._fn(completion, problem.answer)
+
+    def graded(self, completion: str, problem: Problem) -> Graded:
+        """The math reward's grading can fail (and says so); a user's function cannot."""
+        if self._fn is None:
+            return math_graded(completion, problem.answer, self.weights)
+        return Graded(self.reward(completion, problem))
 
 
 def _split(rows: list[dict], seed: int) -> tuple[list[Problem], list[Problem]]:

@@ -5,20 +5,21 @@ text, None), is a reward error. The policy (``reward_errors`` in TrainConfig) de
     raise   stop with a ``RewardError`` that names the reward function, what it raised or
             returned, the problem and the start of the completion (the default);
     zero    score the rollout 0, count it (``rollout/reward_errors`` per step) and warn once.
+A grader that could not compare an answer says so in its return value (``Task.graded``):
+those rollouts are counted in ``rollout/grading_failures``.
 """
 
 from __future__ import annotations
 
-import contextvars
 import math
 import numbers
-import threading
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from pods.config.groups import REWARD_ERRORS
+from pods.tasks.base import Graded
 
 SHOWN = 80  # characters of a prompt or completion quoted in a message
 
@@ -29,28 +30,7 @@ class Scores:
 
     rewards: Tensor  # [P, n]
     reward_errors: int  # rewards that raised or were not finite, scored 0 (policy zero)
-    grading_failures: int  # answers the grader could not compare (error or timeout: 0)
-
-
-class _Count:
-    def __init__(self) -> None:
-        self.value, self.lock = 0, threading.Lock()
-
-    def add(self) -> None:
-        with self.lock:
-            self.value += 1
-
-
-_grading_failures: contextvars.ContextVar[_Count | None] = contextvars.ContextVar(
-    "pods_grading_failures", default=None)
-
-
-def note_grading_failure() -> None:
-    """Called by a grader that could not compare an answer (it grades it wrong): counted in
-    the ``Scores`` of the ``Scorer.rewards`` call under way, if any."""
-    count = _grading_failures.get()
-    if count is not None:
-        count.add()
+    grading_failures: int  # rollouts whose grading failed (Task.graded: error or timeout)
 
 
 class RewardError(ValueError):
@@ -64,15 +44,20 @@ def reward_name(task) -> str:
 
 
 def checked_reward(task, completion: str, problem) -> float:
-    """``task.reward(completion, problem)`` as a float, or a RewardError saying what the
-    function did, for which problem and completion."""
+    """``task.reward(completion, problem)`` as a float (``checked_grade``)."""
+    return checked_grade(task, completion, problem).value
+
+
+def checked_grade(task, completion: str, problem) -> Graded:
+    """``task.graded(completion, problem)`` with its value a float, or a RewardError saying
+    what the reward function did, for which problem and completion."""
     try:
-        value = task.reward(completion, problem)
+        value, failed = task.graded(completion, problem)
     except Exception as error:
         what = f"raised {type(error).__name__}: {error}"
     else:
         if isinstance(value, numbers.Real) and math.isfinite(float(value)):
-            return float(value)
+            return Graded(float(value), bool(failed))
         what = f"returned {value!r} ({type(value).__name__}), not a finite number"
     raise RewardError(f"reward function {reward_name(task)} {what}; problem "
                       f"{_start(problem.prompt)}, completion {_start(completion)}")
@@ -87,10 +72,11 @@ class Scorer:
                              f"{', '.join(REWARD_ERRORS)}.")
         self.task, self.policy, self.warn, self.warned = task, policy, warn, False
 
-    def score(self, completion: str, problem) -> tuple[float, bool]:
-        """(reward, whether it was a reward error scored 0)."""
+    def score(self, completion: str, problem) -> tuple[float, bool, bool]:
+        """(reward, whether it was a reward error scored 0, whether grading failed)."""
         try:
-            return checked_reward(self.task, completion, problem), False
+            value, failed = checked_grade(self.task, completion, problem)
+            return value, False, failed
         except RewardError as error:
             if self.policy == "raise":
                 raise
@@ -98,20 +84,16 @@ class Scorer:
                 self.warned = True
                 self.warn(f"warning: {error}. Scored 0 (reward_errors=zero); further errors "
                           f"are counted in rollout/reward_errors without a message.")
-            return 0.0, True
+            return 0.0, True, False
 
     def rewards(self, texts: list[str], problems: list, n: int) -> Scores:
         """The ``Scores`` of rollouts ``texts`` [P*n] (row p*n + j: rollout j of
         ``problems[p]``): rewards [P, n], reward errors scored 0 and grading failures."""
-        failures = _Count()
-        token = _grading_failures.set(failures)
-        try:
-            scored = task_map(self.task, lambda i: self.score(texts[i], problems[i // n]),
-                              range(len(texts)))
-        finally:
-            _grading_failures.reset(token)
-        values = torch.tensor([value for value, _ in scored], dtype=torch.float32)
-        return Scores(values.view(-1, n), sum(failed for _, failed in scored), failures.value)
+        scored = task_map(self.task, lambda i: self.score(texts[i], problems[i // n]),
+                          range(len(texts)))
+        values = torch.tensor([value for value, _, _ in scored], dtype=torch.float32)
+        return Scores(values.view(-1, n), sum(error for _, error, _ in scored),
+                      sum(failed for _, _, failed in scored))
 
 
 def task_map(task, fn, items) -> list:
@@ -123,9 +105,8 @@ def task_map(task, fn, items) -> list:
         return [fn(x) for x in items]
     from concurrent.futures import ThreadPoolExecutor
 
-    contexts = [contextvars.copy_context() for _ in items]  # the caller's (its counters)
     with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(lambda c, x: c.run(fn, x), contexts, items))
+        return list(pool.map(fn, items))
 
 
 def _start(text: str) -> str:

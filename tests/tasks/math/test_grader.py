@@ -19,6 +19,7 @@ from pods.tasks.math.answers import (
 from pods.tasks.math.grader import (
     answers_equal,
     grade,
+    grade_answer,
     grading_stats,
     reset_grading_stats,
 )
@@ -256,6 +257,14 @@ def test_stats_count_calls_and_timeouts():
     assert (stats.calls, stats.failures, stats.timeouts) == (2, 1, 1)
     reset_grading_stats()
     assert grading_stats() == pods.tasks.math.grader.GradingStats()
+
+
+def test_a_failed_comparison_is_returned_not_only_counted():
+    """grade_answer says whether grading failed (pods.tasks.scoring counts it per rollout
+    from this return value)."""
+    assert grade_answer("<answer>42</answer>", "42") == (True, False)  # text: no sympy
+    assert grade_answer("<answer>41</answer>", "42") == (False, False)
+    assert grade_answer(f"<answer>{SLOW[7:-1]}</answer>", "5", timeout_s=0.2) == (False, True)
 
 
 def test_pathological_input_returns_within_budget():

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from pods.tasks.math.answers import (
     MAX_ANSWER_CHARS,
@@ -36,7 +37,6 @@ from pods.tasks.math.answers import (
     is_prose,
     normalize_gold,
 )
-from pods.tasks.scoring import note_grading_failure
 
 logger = logging.getLogger(__name__)
 
@@ -55,12 +55,10 @@ _counts_lock = threading.Lock()
 
 
 def _count(*keys: str) -> None:
-    """Count into the process-wide stats; a failure also into the scoring call under way."""
+    """Count into the process-wide stats (``grading_stats``)."""
     with _counts_lock:
         for key in keys:
             _counts[key] += 1
-    if "failures" in keys:
-        note_grading_failure()
 
 
 def grading_stats() -> GradingStats:
@@ -157,30 +155,41 @@ def _squash(text: str) -> str:
     return "".join(text.split())
 
 
+class Grade(NamedTuple):
+    correct: bool  # the answer equals the gold
+    failed: bool = False  # the comparison ended by an error or a timeout (graded wrong)
+
+
 def answers_equal(pred: str, gold: str, timeout_s: float | None = 5.0) -> bool:
+    """Whether two short answers are mathematically equal (``compare_answers``)."""
+    return compare_answers(pred, gold, timeout_s).correct
+
+
+def compare_answers(pred: str, gold: str, timeout_s: float | None = 5.0) -> Grade:
     """Whether two short answers are mathematically equal: cleaned text first, then
     math-verify (``verify(gold, pred)``) within ``timeout_s`` seconds (main thread only; None
-    for no limit). Never raises: a timeout or an error is False, counted in grading_stats()."""
+    for no limit). Never raises: a timeout or an error is not equal and ``failed``, and
+    counted in grading_stats()."""
     _count("calls")
     if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
-        return False
+        return Grade(False)
     pred, gold = clean_answer(pred), clean_answer(gold)
     if not pred or not gold:
-        return False
+        return Grade(False)
     if _squash(pred) == _squash(gold):
-        return True
+        return Grade(True)
     try:
-        return _call_with_timeout(lambda: _verify(pred, gold), timeout_s)
+        return Grade(_call_with_timeout(lambda: _verify(pred, gold), timeout_s))
     except _Timeout:
         _count("failures", "timeouts")
     except Exception:
         logger.debug("grading %r against %r failed", pred[:100], gold[:100], exc_info=True)
         _count("failures")
-    return False
+    return Grade(False, failed=True)
 
 
 def grade(completion: str, gold: str, timeout_s: float = 5.0) -> bool:
-    r"""Whether any candidate answer of ``completion`` equals ``gold``.
+    r"""Whether any candidate answer of ``completion`` equals ``gold`` (``grade_answer``).
 
     All candidates are first compared as cleaned text, which costs no sympy; then each in turn
     by math-verify, sharing ``timeout_s`` seconds in all.
@@ -192,17 +201,25 @@ def grade(completion: str, gold: str, timeout_s: float = 5.0) -> bool:
     >>> grade("<answer>180</answer>", "18")
     False
     """
+    return grade_answer(completion, gold, timeout_s).correct
+
+
+def grade_answer(completion: str, gold: str, timeout_s: float = 5.0) -> Grade:
+    """``grade``, and whether any comparison of a candidate failed (an error or a timeout:
+    that candidate counts as not equal)."""
     target = normalize_gold(gold)
     candidates = candidate_answers(completion)
     key = _squash(clean_answer(target))
     short = [c for c in candidates if len(c) <= MAX_ANSWER_CHARS]
     if key and any(_squash(clean_answer(c)) == key for c in short):
-        return True
-    deadline = time.monotonic() + timeout_s
+        return Grade(True)
+    deadline, failed = time.monotonic() + timeout_s, False
     for candidate in candidates:
         left = deadline - time.monotonic()
         if left <= 0:
-            return False
-        if answers_equal(candidate, target, timeout_s=left):
-            return True
-    return False
+            break
+        result = compare_answers(candidate, target, timeout_s=left)
+        failed = failed or result.failed
+        if result.correct:
+            return Grade(True, failed)
+    return Grade(False, failed)

@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 
 from pods.config.groups import MathRewardConfig
-from pods.tasks.base import Task
-from pods.tasks.math.grader import grade
+from pods.tasks.base import Graded, Task
+from pods.tasks.math.grader import grade, grade_answer
 
 TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 _LAYOUT = re.compile(r"<think>.*</think>[ \n]?<answer>.*</answer>", flags=re.DOTALL)
@@ -52,12 +52,19 @@ def tag_score(text: str) -> float:
 
 
 def math_reward(completion: str, gold: str, weights: MathRewardConfig = PAPER_WEIGHTS) -> float:
-    reward = weights.correctness * float(grade(completion, gold))
+    return math_graded(completion, gold, weights).value
+
+
+def math_graded(completion: str, gold: str,
+                weights: MathRewardConfig = PAPER_WEIGHTS) -> Graded:
+    """``math_reward``, and whether grading failed (pods.tasks.math.grader.grade_answer)."""
+    correct, failed = grade_answer(completion, gold)
+    reward = weights.correctness * float(correct)
     if weights.format:
         reward += weights.format * format_score(completion)
     if weights.tags:
         reward += weights.tags * tag_score(completion)
-    return reward
+    return Graded(reward, failed)
 
 
 class MathGraded(Task):
@@ -68,6 +75,9 @@ class MathGraded(Task):
 
     def reward(self, completion: str, problem) -> float:
         return math_reward(completion, problem.answer, self.weights)
+
+    def graded(self, completion: str, problem) -> Graded:
+        return math_graded(completion, problem.answer, self.weights)
 
     def correct(self, completion: str, problem) -> bool:
         return grade(completion, problem.answer)
