@@ -258,6 +258,20 @@ def test_eval_and_export_fall_back_from_an_unreadable_checkpoint(tiny_model_dir,
            f"read (" in result.stderr
 
 
+def test_the_extra_the_cli_names_is_the_train_extra_of_pyproject():
+    """TRAIN_EXTRA (the modules whose absence `pods` answers with the install line) is the
+    train extra of pyproject.toml, by import name: the two lists cannot drift apart."""
+    import tomllib
+
+    from pods.cli import TRAIN_EXTRA
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml")
+                              .read_text())
+    train = pyproject["project"]["optional-dependencies"]["train"]
+    names = [re.split(r"[<>=!~ \[]", spec)[0].replace("-", "_") for spec in train]
+    assert sorted(TRAIN_EXTRA) == sorted(names)
+
+
 def test_without_the_train_extra_help_works_and_train_names_the_extra(tmp_path):
     """A core install (torch, numpy, PyYAML): `pods --help` works; `pods train` stops with
     one line naming the extra to install (here transformers is made unimportable)."""

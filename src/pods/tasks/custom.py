@@ -141,7 +141,7 @@ class CustomTask(Task):
         """The math reward's grading can fail (and says so); a user's function cannot."""
         if self._fn is None:
             return math_graded(completion, problem.answer, self.weights)
-        return Graded(self.reward(completion, problem))
+        return super().graded(completion, problem)
 
 
 def _split(rows: list[dict], seed: int) -> tuple[list[Problem], list[Problem]]:

@@ -29,9 +29,8 @@ SHARDS = "shards"  # a checkpoint's folder of every rank's shards
 def shards_dir(checkpoint: Path) -> Path:
     """Where ``checkpoint`` keeps its FSDP2 shards: shards/, or engine/ in the checkpoints
     of pods versions that named the folder so."""
-    shards = checkpoint / SHARDS
-    return shards if shards.is_dir() or not (checkpoint / "engine").is_dir() \
-        else checkpoint / "engine"
+    shards, earlier = checkpoint / SHARDS, checkpoint / "engine"
+    return earlier if earlier.is_dir() and not shards.is_dir() else shards
 
 
 def check_accelerate_plugin(plugin) -> None:
