@@ -7,13 +7,14 @@ import time
 
 import pytest
 
+import pods.tasks.math.answers
 import pods.tasks.math.grader
 from pods.tasks.math.answers import (
-    candidate_answers,
     clean_answer,
     extract_answer_tag,
     extract_boxed,
     extract_last_number,
+    final_answer,
     normalize_gold,
 )
 from pods.tasks.math.grader import (
@@ -93,19 +94,57 @@ def test_extract_last_number(text, expected):
 @pytest.mark.parametrize(
     "completion, expected",
     [
-        ("<think>2+2</think><answer>4</answer>", ["4"]),
-        (r"<answer>\boxed{\frac{1}{2}}</answer>", [r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"]),
-        ("<answer>The total is 18 dollars.</answer>", ["The total is 18 dollars.", "18"]),
-        (r"<answer>It is \frac{1}{2}</answer>", [r"It is \frac{1}{2}"]),  # no "2" from LaTeX
-        (r"so \boxed{\frac{1}{2}}", [r"\frac{1}{2}"]),  # no "2": a box is there
-        (r"<answer>3</answer> or \boxed{4} 5", ["3", "4"]),
-        ("She has 3 cats and 1,000 mice", ["1000"]),  # no tags: the last number
-        ("", []),
-        ("<answer> </answer>", []),
+        ("<think>2+2</think><answer>4</answer>", "4"),
+        (r"<answer>\boxed{\frac{1}{2}}</answer>", r"\frac{1}{2}"),  # the box inside the block
+        ("<answer>The total is 18 dollars.</answer>", "18"),  # a sentence: its last number
+        ("<answer>Evelyn</answer>", "Evelyn"),  # a sentence without numbers: itself
+        (r"<answer>It is \frac{1}{2}</answer>", r"It is \frac{1}{2}"),  # no "2" from LaTeX
+        (r"so \boxed{\frac{1}{2}}", r"\frac{1}{2}"),  # no "2": a box is there
+        (r"<answer>3</answer> or \boxed{4} 5", "3"),  # the block, only
+        (r"\boxed{4} then <answer>3</answer>", "3"),
+        (r"\boxed{The total is 18 dollars.}", "18"),
+        ("She has 3 cats and 1,000 mice", "1000"),  # neither: the last number
+        ("<answer>3</answer><answer>4</answer>", "4"),  # the last block
+        ("", None),
+        ("<answer> </answer>", None),  # an empty block is no answer (no fall-back)
+        (r"<answer> </answer> \boxed{4}", None),
     ],
 )
-def test_candidate_answers(completion, expected):
-    assert candidate_answers(completion) == expected
+def test_final_answer(completion, expected):
+    assert final_answer(completion) == expected
+
+
+# Two answers in one completion, in every way found to make the grader of the paper's code
+# (and pods before this test) pay for either: the block and a box, a sentence naming both,
+# math-verify's reading of a sentence against its last number, boxes inside a block.
+HEDGES = [
+    r"<answer>{a}</answer> \boxed{{{b}}}",
+    r"\boxed{{{a}}} <answer>{b}</answer>",
+    "<answer>The answer is {a} or {b}</answer>",
+    "<answer>{a} and {b}</answer>",
+    "<answer>either {a} or {b} dollars</answer>",
+    r"<answer>\boxed{{{a}}} {b}</answer>",
+    r"<answer>{a} \boxed{{{b}}}</answer>",
+    r"<answer>\boxed{{{a}}}\boxed{{{b}}}</answer>",
+    r"\boxed{{{a}}} \boxed{{{b}}}",
+    "<answer>{a}, {b}</answer>",
+    r"<answer>\{{{a}, {b}\}}</answer>",
+    r"<answer>{a} \lor {b}</answer>",
+    "<answer>{a}\n{b}</answer>",
+    r"<answer>${a}$ or ${b}$</answer>",
+    "<answer>The answer is ${a}$ or ${b}$</answer>",
+    "The answer is {a}. <answer>{b}</answer>",
+    "<answer>{a}</answer> <answer>{b}</answer>",
+    "I think {a}, no, {b}",
+]
+
+
+@pytest.mark.parametrize("template", HEDGES)
+@pytest.mark.parametrize("a, b", [("23", "24"), ("24", "23"), (r"\frac{1}{2}", "2")])
+def test_a_completion_with_two_answers_is_paid_for_one_at_most(template, a, b):
+    completion = template.format(a=a, b=b)
+    paid = [gold for gold in (a, b) if grade(completion, gold)]
+    assert len(paid) <= 1, f"{completion!r} is graded right against both {a!r} and {b!r}"
 
 
 @pytest.mark.parametrize(
@@ -270,7 +309,6 @@ def test_a_failed_comparison_is_returned_not_only_counted():
 def test_pathological_input_returns_within_budget():
     start = time.monotonic()
     assert not grade(SLOW, "5", timeout_s=1.0)
-    # two slow candidates (the block and the box) share one budget
     assert not grade(f"<answer>{SLOW[7:-1]}!</answer>{SLOW}", "5", timeout_s=1.0)
     assert time.monotonic() - start < 4.0
 
@@ -300,3 +338,4 @@ def test_grading_in_a_thread_works_without_timeout():
 
 def test_docstring_examples():
     assert doctest.testmod(pods.tasks.math.grader).failed == 0
+    assert doctest.testmod(pods.tasks.math.answers).failed == 0

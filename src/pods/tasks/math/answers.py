@@ -1,5 +1,5 @@
-r"""Answers in completions and golds: which candidates a completion offers
-(``candidate_answers``), and cleaning both sides before they are compared
+r"""Answers in completions and golds: the one answer a completion gives (``final_answer``),
+and cleaning both sides before they are compared
 (``clean_answer``, ``normalize_gold``); ``pods.tasks.math.grader`` compares them.
 
 ``clean_answer`` runs on both sides first and removes exactly: (1) surrounding whitespace and
@@ -14,11 +14,12 @@ drops $ signs, \text{} units and some unit words when it parses.
 
 Simplifications, and why:
 - Only the last ``MAX_COMPLETION_CHARS`` (20,000) characters of a completion are searched, so
-  a run-away output costs no more than a long one. Candidates longer than ``MAX_ANSWER_CHARS``
-  (1,000) are not compared (a \boxed{} inside them, or a plain sentence's last number, is).
-- The last number of the whole text is a candidate only when the completion has neither an
-  <answer> block nor a \boxed{}. The official code always tries it, but then
-  "\boxed{\frac{1}{2}}" would grade equal to "2" and "\boxed{2^{10}}" equal to "10".
+  a run-away output costs no more than a long one. Answers longer than ``MAX_ANSWER_CHARS``
+  (1,000) are not compared.
+- One answer per completion. The official code grades a completion right when any of its
+  readings matches (the whole text, the last answer block, the last number), so a completion
+  that states two answers is paid for either; and its last number makes "\boxed{\frac{1}{2}}"
+  equal to "2" and "\boxed{2^{10}}" equal to "10".
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import re
 from collections import deque
 
 MAX_COMPLETION_CHARS = 20_000  # only the tail of a longer completion is searched
-MAX_ANSWER_CHARS = 1_000  # a longer candidate or gold is never parsed
+MAX_ANSWER_CHARS = 1_000  # a longer answer or gold is never parsed
 
 # ---------------------------------------------------------------- extraction
 
@@ -100,21 +101,40 @@ def _plain_sentence(answer: str) -> bool:
     return is_prose(answer) and not any(mark in answer for mark in "\\^{")
 
 
-def candidate_answers(completion: str) -> list[str]:
-    """The answers ``grade`` tries, in order, without duplicates or empties: the <answer>
-    block; a \\boxed{} inside it; the last \\boxed{} of the text; the last number inside the
-    block or the boxed answer when that is a sentence without LaTeX ("The total is 18
-    dollars."); and, only when the text has neither a block nor a \\boxed{}, its last number."""
+def _answer_in(span: str) -> str | None:
+    """The answer a block or a box states: the \\boxed{} inside it, else, for a sentence
+    without LaTeX ("The total is 18 dollars."), its last number, else the whole span."""
+    boxed = extract_boxed(span)
+    if boxed is not None:
+        return boxed or None
+    if _plain_sentence(span):
+        return extract_last_number(span) or span
+    return span or None
+
+
+def final_answer(completion: str) -> str | None:
+    """The one answer a completion gives, or None: the last complete <answer> block when there
+    is one; else the last \\boxed{} of the text; else, when it has neither, its last number.
+    A block or a box is read by ``_answer_in`` (a box inside it, or a sentence's last number).
+
+    One answer, never a choice among several: a completion that states two ("<answer>23
+    </answer> ... \\boxed{24}", "<answer>The answer is 23 or 24</answer>") is graded on one of
+    them only, so that hedging cannot pay (the paper's official code pays if any of its readings
+    matches: docs/guides/tasks.md).
+
+    >>> final_answer(r"<answer>23</answer> so \\boxed{24}")
+    '23'
+    >>> final_answer("<answer>The total is 1,000 dollars.</answer>")
+    '1000'
+    """
     text = completion[-MAX_COMPLETION_CHARS:]
     block = extract_answer_tag(text)
+    if block is not None:
+        return _answer_in(block)
     boxed = extract_boxed(text)
-    found = [block, extract_boxed(block) if block is not None else None, boxed]
-    for answer in (block, boxed):
-        if answer is not None and _plain_sentence(answer):
-            found.append(extract_last_number(answer))
-    if block is None and boxed is None:
-        found.append(extract_last_number(text))
-    return list(dict.fromkeys(c for c in found if c))
+    if boxed is not None:
+        return _answer_in(boxed)
+    return extract_last_number(text)
 
 
 # ---------------------------------------------------------------- cleaning

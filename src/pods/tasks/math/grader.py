@@ -1,22 +1,23 @@
 r"""Grading math answers (GSM8K, MATH, AMC): does a completion's final answer equal the gold?
 
-``grade(completion, gold)`` is the one call rewards and evaluation use. It takes a few candidate
-answers from the completion (``candidate_answers``) and returns True when one equals the gold:
-as text after cleaning (free), else by math-verify, which parses both sides into sympy and
-compares them (1/2 = 0.5 = \frac{1}{2}, x=5 = 5, intervals, sets).
+``grade(completion, gold)`` is the one call rewards and evaluation use. It takes the one answer
+the completion gives (``final_answer``: its <answer> block, else its last \boxed{}, else its
+last number; never a choice among several, so a hedge cannot pay) and returns True when it
+equals the gold: as text after cleaning (free), else by math-verify, which parses both sides
+into sympy and compares them (1/2 = 0.5 = \frac{1}{2}, x=5 = 5, intervals, sets).
 
-Candidates and cleaning (what is stripped from both sides, and the simplifications) are
+The answer and cleaning (what is stripped from both sides, and the simplifications) are
 in ``pods.tasks.math.answers``.
 
 Timeout: sympy can run for minutes on a short answer such as 9^{9^{9^9}}. In the main thread
 each ``answers_equal`` runs under a SIGALRM timer (``signal.setitimer``, fractional seconds)
-whose handler raises inside the parse or comparison; ``grade`` shares one budget among its
-candidates. math-verify's own timeouts use the same signal in whole seconds per step and would
-cancel ours, so they are off. Python runs signal handlers only in the main thread: from any
-other thread (or on Windows) grading runs WITHOUT a timeout, and logs so once. To grade in
-parallel use worker processes, each grading in its own main thread. A timeout or an exception
-grades False, is counted in ``grading_stats().failures`` (process-wide, for tests and
-debugging) and in the ``Scores`` of the scoring call under way (``pods.tasks.scoring``).
+whose handler raises inside the parse or comparison. math-verify's own timeouts use the same
+signal in whole seconds per step and would cancel ours, so they are off. Python runs signal
+handlers only in the main thread: from any other thread (or on Windows) grading runs WITHOUT a
+timeout, and logs so once. To grade in parallel use worker processes, each grading in its own
+main thread. A timeout or an exception grades False, is counted in ``grading_stats().failures``
+(process-wide, for tests and debugging) and in the ``Scores`` of the scoring call under way
+(``pods.tasks.scoring``).
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from typing import NamedTuple
 
 from pods.tasks.math.answers import (
     MAX_ANSWER_CHARS,
-    candidate_answers,
     clean_answer,
+    final_answer,
     is_prose,
     normalize_gold,
 )
@@ -45,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class GradingStats:
-    calls: int = 0  # answers_equal calls since the last reset (one per candidate tried)
+    calls: int = 0  # answers_equal calls since the last reset (one per graded answer)
     failures: int = 0  # of which ended by an exception or a timeout (and graded False)
     timeouts: int = 0  # of the failures, those that ran out of time
 
@@ -189,10 +190,8 @@ def compare_answers(pred: str, gold: str, timeout_s: float | None = 5.0) -> Grad
 
 
 def grade(completion: str, gold: str, timeout_s: float = 5.0) -> bool:
-    r"""Whether any candidate answer of ``completion`` equals ``gold`` (``grade_answer``).
-
-    All candidates are first compared as cleaned text, which costs no sympy; then each in turn
-    by math-verify, sharing ``timeout_s`` seconds in all.
+    r"""Whether the answer ``completion`` gives (``final_answer``) equals ``gold``
+    (``grade_answer``).
 
     >>> grade("so x = 1/2, that is \\boxed{\\frac{1}{2}}", "0.5")
     True
@@ -200,26 +199,15 @@ def grade(completion: str, gold: str, timeout_s: float = 5.0) -> bool:
     True
     >>> grade("<answer>180</answer>", "18")
     False
+    >>> grade("<answer>17</answer> or maybe \\boxed{18}", "18")  # one answer: the block
+    False
     """
     return grade_answer(completion, gold, timeout_s).correct
 
 
 def grade_answer(completion: str, gold: str, timeout_s: float = 5.0) -> Grade:
-    """``grade``, and whether any comparison of a candidate failed (an error or a timeout:
-    that candidate counts as not equal)."""
-    target = normalize_gold(gold)
-    candidates = candidate_answers(completion)
-    key = _squash(clean_answer(target))
-    short = [c for c in candidates if len(c) <= MAX_ANSWER_CHARS]
-    if key and any(_squash(clean_answer(c)) == key for c in short):
-        return Grade(True)
-    deadline, failed = time.monotonic() + timeout_s, False
-    for candidate in candidates:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        result = compare_answers(candidate, target, timeout_s=left)
-        failed = failed or result.failed
-        if result.correct:
-            return Grade(True, failed)
-    return Grade(False, failed)
+    """``grade``, and whether the comparison failed (an error or a timeout: graded wrong)."""
+    answer = final_answer(completion)
+    if answer is None:
+        return Grade(False)
+    return compare_answers(answer, normalize_gold(gold), timeout_s)
