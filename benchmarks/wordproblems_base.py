@@ -18,8 +18,9 @@ import json
 
 from pods.config.groups import ModelConfig
 from pods.evaluation import evaluate
-from pods.models.policy import load_policy, resolve_device
+from pods.models.policy import load_policy
 from pods.rollout.hf import HFEngine
+from pods.runtime.device import resolve_device
 from pods.tasks.wordproblems import WordProblems, parse_levels
 
 

@@ -62,6 +62,26 @@ def test_registry_names_are_checked_by_their_components(overrides, message, tmp_
     assert check(from_dict({})) == from_dict({})
 
 
+def test_a_rule_needing_an_input_pods_does_not_compute_is_refused_before_loading(
+        monkeypatch, tmp_path):
+    from pods.core.downsample import RULES
+    from pods.train.checks import check
+    from pods.train.run import train
+
+    def odd(rewards, m, generator, *, colour):
+        return rewards.topk(m, dim=1).indices
+
+    odd.needs = ("colour",)
+    monkeypatch.setitem(RULES, "odd", odd)
+    config = from_dict({"rule": "odd"})
+    message = "rule 'odd' needs 'colour', which is not a per-rollout input"
+    with pytest.raises(ValueError, match=f"invalid config: {message}"):
+        check(config)
+    with pytest.raises(ValueError, match=message):
+        train(config.replace(out_dir=str(tmp_path), run_name="r"))
+    assert not (tmp_path / "r").exists()
+
+
 def test_unknown_field():
     with pytest.raises(ValueError, match="unknown config field.*n_generations"):
         from_dict({"n_generations": 4})

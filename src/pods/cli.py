@@ -23,9 +23,9 @@ from pathlib import Path
 from pods.check.run import add_parser as add_check_parser
 from pods.config import LEAVES, add_config_flags, config_from_args, flag_overrides
 from pods.models.fetch import FETCHABLE
-from pods.rollout import ENGINES
+from pods.rollout import engine_names
+from pods.runtime.distributed import RankFailure
 from pods.train.checkpoint import CheckpointWriteError
-from pods.train.distributed import RankFailure
 
 # `pods eval` takes the task's fields (a custom task's data file and reward, ...) and the
 # model source's, as `pods train` does; the task names and the budget are its own flags.
@@ -107,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-size", type=int, default=None, help="test problems (default: all)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's")
     p.add_argument("--device", default="auto")
-    p.add_argument("--engine", default=None, choices=ENGINES,
+    p.add_argument("--engine", default=None, choices=engine_names(),
                    help="generation engine (default: the run's; auto for a model)")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object "
                    "instead of the table")

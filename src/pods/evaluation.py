@@ -16,9 +16,9 @@ import torch
 
 from pods.rollout import Engine, sample_keys
 from pods.rollout.prompts import render_prompts
+from pods.runtime.distributed import Dist
 from pods.tasks import Problem
 from pods.tasks.scoring import Scorer, task_map
-from pods.train.distributed import Dist
 
 
 def evaluate(engine: Engine, task, problems: list[Problem], temperature: float,
@@ -99,10 +99,10 @@ def evaluate_path(path: str, tasks: list[str] | None = None, repeats: int = 5,
     reward_fn or a model's gguf_file. ``log`` (default: stderr) says which checkpoint could
     not be read, if any. Returns {task: metrics}."""
     from pods.config import from_dict
-    from pods.models.policy import resolve_device
     from pods.models.precision import compute_dtype
     from pods.rollout import make_engine, resolve_engine
     from pods.rollout.prompts import drop_long_prompts
+    from pods.runtime.device import resolve_device
     from pods.tasks import get_task
     from pods.train.checkpoint import checkpoints_and_config, latest_checkpoint
     from pods.train.checks import check

@@ -1,4 +1,5 @@
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -254,11 +255,13 @@ def test_peer_rules_worked_example():
 
 
 def test_length_rules_need_lengths_and_custom_rules_can_ask():
-    with pytest.raises(ValueError, match="rule 'shortest' needs each rollout's completion "
-                       "length: pass lengths="):
+    with pytest.raises(ValueError, match="rule 'shortest' needs 'lengths' of each rollout: "
+                       r"pass lengths=\[P, n\]"):
         downsample(torch.zeros(2, 4), 2, "shortest")
     with pytest.raises(ValueError, match=r"lengths has shape \(2, 3\), the rewards \(2, 4\)"):
         downsample(torch.zeros(2, 4), 2, "reward_per_token", lengths=torch.ones(2, 3))
+    with pytest.raises(ValueError, match="lengths contains NaN"):
+        downsample(torch.zeros(1, 4), 2, "shortest", lengths=torch.tensor([1.0, math.nan, 2, 3]))
 
     def longest(rewards, m, generator, *, lengths):  # a user rule asking for lengths
         return lengths.topk(m, dim=1).indices

@@ -190,6 +190,20 @@ def test_callable_rule_batch_scale_and_weighted_rewards(tiny_model_dir, tmp_path
     check_contract([records], n=8, m=4, rule="min_reward", scale="batch", weights=weights)
 
 
+def test_a_callable_rule_gets_the_inputs_it_needs(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    sys.path.insert(0, str(HERE))
+    from trl_contract import run
+
+    def short(rewards, m, *, lengths):  # 2-argument form, plus the input it names
+        return downsample(rewards, m, "shortest", lengths=lengths)
+
+    short.needs = ("lengths",)
+    records = run(tiny_model_dir, str(tmp_path), n=8, m=4, per_device=8, grad_accum=1,
+                  rule=short)
+    check_contract([records], n=8, m=4, rule="shortest")
+
+
 ABORT = "terminate called without an active exception"
 
 

@@ -239,8 +239,28 @@ def test_length_rules_read_the_response_mask():
     lengths = torch.tensor([4, 1, 3, 2])
     data.batch["response_mask"] = (torch.arange(4) < lengths.unsqueeze(1)).long()  # [4, 4]
     assert select_batch(data, 2, "shortest").batch["row_id"].tolist() == [1, 3]
-    with pytest.raises(ValueError, match="rule 'shortest' needs each rollout's completion"):
+    with pytest.raises(ValueError, match="rule 'shortest' reads each rollout's response_mask, "
+                       "which this batch does not hold"):
         select_batch(batch([[1.0, 0.0, 1.0]]), 2, "shortest")
+
+
+def test_a_rule_with_a_new_input_gets_it_from_the_fields_it_reads(monkeypatch):
+    """A per-rollout input defined once in pods.core.rollout_inputs reaches a verl batch:
+    here one that reads the completions' token ids (verl's ``responses``)."""
+    from pods.core.rollout_inputs import ROLLOUT_INPUTS
+    from pods.integrations.verl import select_batch
+
+    def first_token(completion_ids):
+        return completion_ids[:, 0]  # [rows]
+
+    def by_first_token(rewards, m, generator, *, first_token):
+        return first_token.topk(m, dim=1).indices
+
+    by_first_token.needs = ("first_token",)
+    monkeypatch.setitem(ROLLOUT_INPUTS, "first_token", first_token)
+    data = batch([[1.0, 1.0, 1.0, 1.0]])
+    data.batch["responses"] = torch.tensor([[3, 0], [9, 0], [1, 0], [7, 0]])
+    assert select_batch(data, 2, by_first_token).batch["row_id"].tolist() == [1, 3]
 
 
 def test_replay_buffer_length_rules_read_each_trajectorys_response_mask(transfer_queue):

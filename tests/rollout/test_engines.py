@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import pods.rollout
+import pods.rollout.vllm
 from pods.config import RolloutConfig, from_dict
 from pods.rollout import resolve_engine
 
@@ -11,23 +12,23 @@ CPU, GPU = torch.device("cpu"), torch.device("cuda")
 
 
 def test_auto_is_vllm_only_on_a_gpu_with_vllm_installed(monkeypatch):
-    monkeypatch.setattr(pods.rollout, "vllm_installed", lambda: True)
+    monkeypatch.setattr(pods.rollout.vllm, "installed", lambda: True)
     assert resolve_engine(RolloutConfig(engine="auto"), GPU) == "vllm"
     assert resolve_engine(RolloutConfig(engine="auto"), CPU) == "hf"
     assert resolve_engine(RolloutConfig(engine="auto"), GPU, sharded=True) == "hf"
-    monkeypatch.setattr(pods.rollout, "vllm_installed", lambda: False)
+    monkeypatch.setattr(pods.rollout.vllm, "installed", lambda: False)
     assert resolve_engine(RolloutConfig(engine="auto"), GPU) == "hf"
     assert resolve_engine(RolloutConfig(engine="hf"), GPU) == "hf"
 
 
 def test_vllm_without_vllm_says_what_to_install(monkeypatch):
-    monkeypatch.setattr(pods.rollout, "vllm_installed", lambda: False)
+    monkeypatch.setattr(pods.rollout.vllm, "installed", lambda: False)
     with pytest.raises(ValueError, match=r"pods-rl\[vllm\].*make vllm-env"):
         resolve_engine(RolloutConfig(engine="vllm"), CPU)
 
 
 def test_vllm_settings_that_cannot_work_are_refused(monkeypatch):
-    monkeypatch.setattr(pods.rollout, "vllm_installed", lambda: True)
+    monkeypatch.setattr(pods.rollout.vllm, "installed", lambda: True)
     with pytest.raises(ValueError, match="drop --vllm-sleep"):
         resolve_engine(RolloutConfig(engine="vllm", vllm_sleep=True), CPU)
     with pytest.raises(ValueError, match="FSDP"):
@@ -62,7 +63,7 @@ def test_the_vllm_engine_is_sized_for_prompt_and_completion(monkeypatch, tmp_pat
             seen.update(kwargs)
             raise RuntimeError("sized")
 
-    monkeypatch.setattr(pods.rollout, "vllm_installed", lambda: True)
+    monkeypatch.setattr(pods.rollout.vllm, "installed", lambda: True)
     monkeypatch.setattr(pods.rollout.vllm, "VLLMEngine", Engine)
     cfg = from_dict(dict(model=tiny_model_dir, engine="vllm", max_prompt_tokens=100,
                          max_new_tokens=28, gen_batch_size=64, seed=3, device="cpu",
@@ -75,8 +76,37 @@ def test_the_vllm_engine_is_sized_for_prompt_and_completion(monkeypatch, tmp_pat
 def test_pods_train_with_a_missing_vllm_fails_before_loading(tmp_path, monkeypatch, capsys):
     from pods.cli import main
 
-    monkeypatch.setattr(pods.rollout, "vllm_installed", lambda: False)
+    monkeypatch.setattr(pods.rollout.vllm, "installed", lambda: False)
     code = main(["train", "--engine", "vllm", "--model", str(tmp_path / "no-model"),
                  "--out-dir", str(tmp_path), "--run-name", "r"])
     assert code != 0 and "make vllm-env" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()  # nothing written
+
+
+def test_a_new_engine_is_one_registry_entry(monkeypatch, tmp_path, tiny_model_dir):
+    """An engine registered in ENGINES (a module path, or any object with build and an
+    optional check) is accepted by the config checks and built by the trainer, with the
+    run's sizes; nothing in pods.config changes."""
+    from types import SimpleNamespace
+
+    from pods.rollout import ENGINES, HFEngine, engine_names
+    from pods.train.checks import check
+    from pods.train.trainer import Trainer
+
+    built, checked = [], []
+
+    def build(options, model, tokenizer, device, *, max_model_len, seed, world, sharded,
+              dtype):
+        built.append((max_model_len, seed))
+        return HFEngine(model, tokenizer, chunk=8, synced=sharded, dtype=dtype)
+
+    monkeypatch.setitem(ENGINES, "hf8", SimpleNamespace(
+        build=build, check=lambda options, device, sharded: checked.append(device.type)))
+    assert engine_names() == ("auto", "hf", "vllm", "hf8")
+    cfg = from_dict(dict(model=tiny_model_dir, engine="hf8", max_prompt_tokens=100,
+                         max_new_tokens=8, prompts_per_step=2, n=4, m=2, seed=3,
+                         device="cpu", out_dir=str(tmp_path)))
+    check(cfg)
+    trainer = Trainer(cfg)
+    assert built == [(108, 3)] and checked[0] == "cpu"
+    assert trainer.step()["rollout/completion_len"] > 0

@@ -101,21 +101,62 @@ def test_length_rules_get_each_rollouts_completion_length(tiny_model_dir, tmp_pa
     seen = []
     real = selection_module.downsample
 
-    def spy(rewards, m, rule, generator=None, lengths=None):
-        idx = real(rewards, m, rule, generator, lengths=lengths)
-        seen.append((lengths, idx))
+    def spy(rewards, m, rule, generator=None, **inputs):
+        idx = real(rewards, m, rule, generator, **inputs)
+        seen.append((inputs["lengths"], idx))
         return idx
 
     monkeypatch.setattr(selection_module, "downsample", spy)
     train(config(tiny_model_dir, tmp_path, prompts_per_step=3, n=8, m=3, rule="shortest",
                  max_new_tokens=8, temperature=2.0))
     lengths, idx = seen[0]
+    lengths = lengths.float()  # token counts, as computed from the completion masks
     assert lengths.shape == (3, 8) and lengths.min() >= 1 and lengths.max() <= 8
     assert lengths.unique().numel() > 1  # lengths differ, so the choice is a real one
     kept = lengths.gather(1, idx)  # [P, m]: no dropped rollout is shorter than a kept one
     dropped = lengths.masked_fill(torch.zeros_like(lengths, dtype=torch.bool).scatter(
         1, idx, True), float("inf"))
     assert (kept.amax(1) <= dropped.amin(1)).all()
+
+
+def test_a_rule_with_a_new_input_gets_it_computed_from_each_rollout(tiny_model_dir, tmp_path,
+                                                                     monkeypatch):
+    """A new per-rollout input is one function in pods.core.rollout_inputs and a rule that
+    names it: the trainer computes it from the rollouts and passes it, [P, n]."""
+    from pods.core.downsample import RULES
+    from pods.core.rollout_inputs import ROLLOUT_INPUTS
+
+    def first_token(completion_ids):
+        return completion_ids[:, 0]  # [rows]
+
+    seen = []
+
+    def by_first_token(rewards, m, generator, *, first_token):
+        seen.append(first_token.clone())
+        return first_token.argsort(dim=1, stable=True)[:, :m]
+
+    by_first_token.needs = ("first_token",)
+    monkeypatch.setitem(ROLLOUT_INPUTS, "first_token", first_token)
+    monkeypatch.setitem(RULES, "by_first_token", by_first_token)
+    generated = []
+    real = trainer_module.Trainer.step
+
+    def step(self):
+        generate = self.engine.generate
+
+        def spy(*args, **kwargs):
+            rollouts = generate(*args, **kwargs)
+            generated.append(rollouts.completion_ids[:, 0].clone())
+            return rollouts
+
+        self.engine.generate = spy
+        return real(self)
+
+    monkeypatch.setattr(trainer_module.Trainer, "step", step)
+    train(config(tiny_model_dir, tmp_path, prompts_per_step=2, n=4, m=2, max_steps=1,
+                 rule="by_first_token", temperature=2.0))
+    assert len(seen) == 1 and seen[0].shape == (2, 4)
+    assert torch.equal(seen[0].flatten(), generated[0])
 
 
 def test_resume_matches_an_uninterrupted_run(tiny_model_dir, tmp_path):

@@ -20,7 +20,8 @@ from pathlib import Path
 def main(config_json: str, result_path: str) -> int:
     from pods.cli import _close_process_group
     from pods.config import from_dict
-    from pods.models.policy import resolve_device, resolve_dtype
+    from pods.models.policy import resolve_dtype
+    from pods.runtime.device import resolve_device
     from pods.train.run import train
 
     values = json.loads(config_json)

@@ -17,9 +17,10 @@ runs over groups or candidates.
 Custom rules have the signature of the built-ins, ``rule(rewards, m, generator)`` with
 rewards a float tensor [P, n] (already validated: finite, 1 <= m <= n) returning a
 LongTensor [P, m] of distinct column indices; pass the callable as ``rule=`` or add it to
-``RULES``. A rule that needs per-rollout extras says so in a ``needs`` attribute (e.g.
-``("lengths",)``) and takes them as keywords: ``rule(rewards, m, generator, lengths=...)``
-with lengths [P, n] completion token counts (``downsample(..., lengths=...)``).
+``RULES``. A rule that reads more of each rollout than its reward names the inputs in a
+``needs`` attribute (e.g. ``("lengths",)``) and takes them as keywords, each [P, n]:
+``rule(rewards, m, generator, lengths=...)``, called as ``downsample(..., lengths=...)``.
+The inputs and how they are computed from the completions: ``pods.core.rollout_inputs``.
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ def reward_per_token(rewards: Tensor, m: int, generator: torch.Generator | None 
     return _top_m(rewards.double() / lengths.double().clamp(min=1), m)
 
 
-shortest.needs = reward_per_token.needs = ("lengths",)  # what downsample must pass
+shortest.needs = reward_per_token.needs = ("lengths",)  # pods.core.rollout_inputs
 
 RULES: dict[str, Rule] = {
     "max_variance": max_variance,
@@ -177,7 +178,7 @@ def downsample(
     m: int,
     rule: str | Rule = "max_variance",
     generator: torch.Generator | None = None,
-    lengths: Tensor | np.ndarray | list | None = None,
+    **inputs: Tensor | np.ndarray | list,
 ) -> Tensor:
     """Indices of the m rollouts to keep in each group.
 
@@ -186,9 +187,9 @@ def downsample(
     m: rollouts kept per group, 1 <= m <= n.
     rule: a name in ``RULES`` or a callable ``rule(rewards, m, generator)``.
     generator: a ``torch.Generator`` for rules that draw at random.
-    lengths: [P, n] (or [n]) completion token counts, for rules that ask for them (a rule's
-        ``needs`` attribute names the extras it takes as keywords: ``shortest`` and
-        ``reward_per_token`` need ``lengths``); other rules ignore it.
+    inputs: per-rollout inputs by name, each [P, n] (or [n]), for rules that read them (a
+        rule's ``needs`` attribute names them: ``shortest`` and ``reward_per_token`` need
+        ``lengths``, completion token counts); other rules ignore them.
 
     Returns a LongTensor [P, m] ([m] for 1-D input): each row's column indices, distinct
     and ascending. Raises ValueError, before any work, on bad input.
@@ -198,7 +199,7 @@ def downsample(
     grid = rewards.unsqueeze(0) if one_group else rewards  # [P, n]
     fn = _resolve_rule(rule)
     _check(grid, m)
-    extras = _extras(fn, rule, grid, lengths)
+    extras = _inputs(fn, rule, grid, inputs)
     P, n = grid.shape
     if m == n:
         idx = torch.arange(n, device=grid.device).expand(P, n).clone()
@@ -209,24 +210,31 @@ def downsample(
     return idx[0] if one_group else idx
 
 
-def _extras(fn: Rule, rule, grid: Tensor, lengths) -> dict[str, Tensor]:
-    """The per-rollout extras a rule asks for (``fn.needs``), checked against ``grid``."""
-    needs = tuple(getattr(fn, "needs", ()))
-    if "lengths" not in needs:
-        return {}
-    name = rule if isinstance(rule, str) else getattr(fn, "__name__", "custom")
-    if lengths is None:
-        raise ValueError(f"rule {name!r} needs each rollout's completion length: pass "
-                         f"lengths=[P, n] token counts to downsample (the trainer and the "
-                         f"TRL and verl adapters do).")
-    lengths = torch.as_tensor(lengths, device=grid.device)
-    lengths = lengths.unsqueeze(0) if lengths.dim() == 1 else lengths
-    if tuple(lengths.shape) != tuple(grid.shape):
-        raise ValueError(f"lengths has shape {tuple(lengths.shape)}, the rewards "
-                         f"{tuple(grid.shape)}; give one completion length per rollout.")
-    if (lengths < 0).any():
-        raise ValueError("lengths must be token counts (>= 0).")
-    return {"lengths": lengths}
+def rule_needs(rule: str | Rule) -> tuple[str, ...]:
+    """The per-rollout inputs a rule (a name in ``RULES`` or a callable) reads besides the
+    rewards: its ``needs`` attribute, () when it has none."""
+    return tuple(getattr(_resolve_rule(rule), "needs", ()))
+
+
+def _inputs(fn: Rule, rule, grid: Tensor, given: dict) -> dict[str, Tensor]:
+    """The inputs a rule names in ``needs``, each checked to be [P, n] finite numbers."""
+    found = {}
+    for key in tuple(getattr(fn, "needs", ())):
+        name = rule if isinstance(rule, str) else getattr(fn, "__name__", "custom")
+        if given.get(key) is None:
+            raise ValueError(f"rule {name!r} needs {key!r} of each rollout: pass {key}=[P, n] "
+                             f"to downsample (pods.core.rollout_inputs.rule_inputs computes it "
+                             f"from the completions; the trainer and the TRL and verl adapters "
+                             f"pass it).")
+        value = torch.as_tensor(given[key], device=grid.device)
+        value = value.unsqueeze(0) if value.dim() == 1 else value
+        if tuple(value.shape) != tuple(grid.shape):
+            raise ValueError(f"{key} has shape {tuple(value.shape)}, the rewards "
+                             f"{tuple(grid.shape)}; give one value per rollout.")
+        if value.is_floating_point() and not torch.isfinite(value).all():
+            raise ValueError(f"{key} contains NaN or infinite values; give finite numbers.")
+        found[key] = value
+    return found
 
 
 def _as_rewards(rewards) -> Tensor:

@@ -64,6 +64,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import nanstd, split_pixel_values_by_grid, unsplit_pixel_values_by_grid
 
 from pods.core.downsample import RULES, downsample
+from pods.core.rollout_inputs import rule_inputs, rule_sources
 
 SUPPORTED_TRL = (Version("1.16"), Version("1.17"))  # [low, high): the minor versions tested
 if not SUPPORTED_TRL[0] <= Version(trl.__version__) < SUPPORTED_TRL[1]:
@@ -87,7 +88,9 @@ class PODSGRPOConfig(GRPOConfig):
     pods_rule: str = field(default="max_variance", metadata={
         "help": "Down-sampling rule: a name in pods.core.downsample.RULES (max_variance is "
                 f"the paper's; all: {', '.join(sorted(RULES))}) or, from Python, a callable "
-                "rule(rewards [P, n], m) -> LongTensor [P, m] of kept columns."})
+                "rule(rewards [P, n], m) -> LongTensor [P, m] of kept columns (a rule that "
+                "reads more of each rollout names its inputs in a needs attribute: "
+                "pods.core.rollout_inputs)."})
 
     def __post_init__(self):
         n, kept = self.num_generations, self.per_device_train_batch_size
@@ -128,6 +131,18 @@ def _check_pods_options(m, n: int, rule) -> None:
     if not callable(rule) and rule not in RULES:
         raise ValueError(f"unknown pods_rule {rule!r}; use one of {', '.join(sorted(RULES))}, "
                          f"or a callable rule(rewards [P, n], m) -> LongTensor [P, m].")
+    rule_sources(rule)  # every input the rule needs is one pods computes
+
+
+def _two_argument_rule(rule):
+    """A config's callable rule(rewards, m, **inputs) as pods.core.downsample calls rules
+    (with a generator), keeping the inputs it ``needs``."""
+    def called(rewards, m, generator, **inputs):
+        return rule(rewards, m, **inputs)
+
+    called.needs = tuple(getattr(rule, "needs", ()))
+    called.__name__ = getattr(rule, "__name__", "custom")
+    return called
 
 
 def _check_kept_batch(kept: int, n: int, m: int, steps: int | None) -> None:
@@ -166,8 +181,7 @@ class PODSGRPOTrainer(GRPOTrainer):
         super().__init__(model, reward_funcs, args=args, **kwargs)
         self.pods_m = args.pods_m or args.num_generations
         rule = args.pods_rule
-        self._pods_rule = (lambda rewards, m, generator: rule(rewards, m)) if callable(rule) \
-            else rule  # pods.core.downsample passes a generator; the config's callables take 2
+        self._pods_rule = _two_argument_rule(rule) if callable(rule) else rule
         # Every process selects every group from the same gathered rewards; one seed keeps
         # random rules identical across processes.
         self._pods_generator = torch.Generator().manual_seed(args.seed)
@@ -201,8 +215,11 @@ class PODSGRPOTrainer(GRPOTrainer):
         weights = self.reward_weights.to(grouped.device)  # [F]
         unscorable = grouped.isnan().all(dim=2)  # [P, n] every reward function returned None
         rewards = (grouped * weights).nansum(dim=2).masked_fill(unscorable, math.nan)  # [P, n]
-        lengths = self.accelerator.gather(output["completion_mask"].sum(1)).view(-1, n)  # [P, n]
-        idx = self._select(rewards, lengths)  # [P, m] kept columns, ascending
+        inputs = {name: self.accelerator.gather(value).view(-1, n)  # [P, n] each
+                  for name, value in rule_inputs(self._pods_rule, **{
+                      source: output[source] for source in rule_sources(self._pods_rule)})
+                  .items()}
+        idx = self._select(rewards, inputs)  # [P, m] kept columns, ascending
         kept_per_func = grouped.gather(1, idx.unsqueeze(2).expand(-1, -1, F))  # [P, m, F]
         advantages = self._kept_advantages(kept_per_func, unscorable.gather(1, idx))  # [P, m]
         first = self.accelerator.process_index * P_local  # this process's groups
@@ -215,14 +232,14 @@ class PODSGRPOTrainer(GRPOTrainer):
         self._log_selection(rewards.gather(1, idx), idx, advantages)
         return output
 
-    def _select(self, rewards: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """[P, n] rewards (and completion lengths, for the length rules) -> [P, m] kept
+    def _select(self, rewards: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """[P, n] rewards (and the rule's per-rollout inputs, each [P, n]) -> [P, m] kept
         columns. Unscorable (NaN) rewards count as their group's mean, so they add no
         variance; all-NaN groups count as 0."""
         mean = rewards.nanmean(dim=1, keepdim=True).nan_to_num(0.0)  # [P, 1]
         filled = torch.where(rewards.isnan(), mean, rewards).cpu()  # [P, n]
         idx = downsample(filled, self.pods_m, self._pods_rule, self._pods_generator,
-                         lengths=lengths.cpu())  # [P, m]
+                         **{name: value.cpu() for name, value in inputs.items()})  # [P, m]
         return idx.to(rewards.device)
 
     def _kept_advantages(self, kept: torch.Tensor, unscorable: torch.Tensor) -> torch.Tensor:

@@ -12,13 +12,6 @@ import torch
 from pods.config.groups import ModelConfig
 from pods.models.source import resolve
 
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 DEFAULT_MODEL = ModelConfig()
 
 

@@ -3,14 +3,18 @@
     hf     transformers ``generate`` on the trainer's own module (pods.rollout.hf)
     vllm   vLLM in this process, colocated, weight-synced (pods.rollout.vllm)
 
-``make_engine`` builds the one a config asks for; training and evaluation use the same.
-An engine generates the n rollouts of P prompts (``Engine.generate``) and takes new
-weights (``Engine.sync_weights``). Randomness is keyed per rollout (pods.rollout.sampling).
+``ENGINES`` maps each name to its module, which defines ``build(options, model, tokenizer,
+device, *, max_model_len, seed, world, sharded, dtype) -> Engine`` and may define
+``check(options, device, sharded)``, raising a ValueError for settings it cannot run,
+before any model loads. ``make_engine`` builds the one a config asks for; training and
+evaluation use the same. An engine generates the n rollouts of P prompts
+(``Engine.generate``) and takes new weights (``Engine.sync_weights``). Randomness is keyed
+per rollout (pods.rollout.sampling). A new engine is its module and one line in ``ENGINES``.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 
 import torch
 
@@ -19,34 +23,38 @@ from pods.rollout.base import Engine, Rollouts, completion_mask
 from pods.rollout.hf import HFEngine, generate
 from pods.rollout.sampling import KeyedSampler, mix32, rollout_keys, sample_keys
 
-__all__ = ["ENGINES", "Engine", "HFEngine", "KeyedSampler", "Rollouts",
-           "completion_mask", "generate", "make_engine", "mix32", "resolve_engine",
+__all__ = ["ENGINES", "Engine", "HFEngine", "KeyedSampler", "Rollouts", "completion_mask",
+           "engine_names", "generate", "make_engine", "mix32", "resolve_engine",
            "rollout_keys", "sample_keys"]
 
-ENGINES = ("auto", "hf", "vllm")
+ENGINES: dict[str, object] = {  # name -> the module that builds it (or an object with build)
+    "hf": "pods.rollout.hf",
+    "vllm": "pods.rollout.vllm",
+}
 
 
-def vllm_installed() -> bool:
-    return importlib.util.find_spec("vllm") is not None
+def engine_names() -> tuple[str, ...]:
+    """What ``--engine`` accepts: auto, then every registered engine."""
+    return ("auto", *ENGINES)
+
+
+def _module(name: str):
+    """The module (or any object with ``build``) that builds engine ``name``."""
+    entry = ENGINES[name]
+    return importlib.import_module(entry) if isinstance(entry, str) else entry
 
 
 def resolve_engine(options: RolloutConfig, device: torch.device, sharded: bool = False) -> str:
     """The engine to build (auto: vllm where it is installed and the device is a GPU, else
-    hf), or a ValueError saying what to change; cheap, so it runs before the model loads."""
+    hf), or a ValueError saying what to change (the engine's ``check``); cheap, so it runs
+    before the model loads."""
     name = options.engine
     if name == "auto":
-        return "vllm" if device.type == "cuda" and vllm_installed() and not sharded else "hf"
-    if name == "vllm":
-        from pods.rollout.vllm import INSTALL
-
-        if not vllm_installed():
-            raise ValueError(INSTALL)
-        if sharded:
-            raise ValueError("the vllm engine does not run under FSDP yet (each rank would "
-                             "need the whole model); use DDP, or --engine hf.")
-        if options.vllm_sleep and device.type != "cuda":
-            raise ValueError("vllm_sleep releases GPU memory during the update; it does "
-                             "nothing on a CPU: drop --vllm-sleep.")
+        usable = device.type == "cuda" and not sharded and _module("vllm").installed()
+        return "vllm" if usable else "hf"
+    check = getattr(_module(name), "check", None)
+    if check is not None:
+        check(options, device, sharded)
     return name
 
 
@@ -57,13 +65,5 @@ def make_engine(options: RolloutConfig, model, tokenizer, device: torch.device, 
     ``max_model_len`` (prompt + completion tokens) and ``seed`` size and seed vLLM.
     ``dtype``: the dtype to sample in when it is not the weights' (mixed precision)."""
     name = resolve_engine(options, device, sharded)
-    if name == "hf":
-        return HFEngine(model, tokenizer, options.gen_batch_size, synced=sharded,
-                        dtype=dtype)
-    from pods.rollout.vllm import VLLMEngine
-
-    return VLLMEngine(model, tokenizer, max_model_len=max_model_len,
-                      max_num_seqs=options.gen_batch_size,
-                      gpu_memory_utilization=options.vllm_gpu_memory_utilization,
-                      sleep=options.vllm_sleep, seed=seed, world=world, dtype=dtype,
-                      seeded=options.vllm_seeded)
+    return _module(name).build(options, model, tokenizer, device, max_model_len=max_model_len,
+                               seed=seed, world=world, sharded=sharded, dtype=dtype)

@@ -22,6 +22,10 @@ class Rollouts:
     texts: list[str]  # [B] decoded completions, special tokens removed
     logprobs: Tensor | None = None  # [B, Lc] the engine's log-probs of the sampled tokens
 
+    def sources(self) -> dict[str, Tensor]:
+        """What the rules' per-rollout inputs are computed from (pods.core.rollout_inputs)."""
+        return {"completion_ids": self.completion_ids, "completion_mask": self.completion_mask}
+
     def select(self, rows: Tensor) -> Rollouts:
         """The rollouts at ``rows`` [K], trimmed to their longest completion."""
         mask = self.completion_mask[rows]

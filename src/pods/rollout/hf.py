@@ -77,3 +77,9 @@ def generate(model, tokenizer, prompts: list[str], n: int, temperature: float,
                                                         value=tokenizer.pad_token_id)
                                 for p in pieces])  # [P*n, Lc]
     return finish(tokenizer, prompt_ids, prompt_mask, completion_ids)
+
+
+def build(options, model, tokenizer, device: torch.device, *, max_model_len: int, seed: int,
+          world: int, sharded: bool, dtype: torch.dtype | None) -> HFEngine:
+    """The hf engine for ``pods.rollout.make_engine`` (``options``: a RolloutConfig)."""
+    return HFEngine(model, tokenizer, options.gen_batch_size, synced=sharded, dtype=dtype)

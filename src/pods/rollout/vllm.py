@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from contextlib import contextmanager
 
@@ -121,3 +122,30 @@ class VLLMEngine:
             yield
         finally:
             self.llm.wake_up()
+
+
+def installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def check(options, device: torch.device, sharded: bool) -> None:
+    """Refuse, before any model loads, what the vllm engine cannot run (``options``: a
+    RolloutConfig)."""
+    if not installed():
+        raise ValueError(INSTALL)
+    if sharded:
+        raise ValueError("the vllm engine does not run under FSDP yet (each rank would "
+                         "need the whole model); use DDP, or --engine hf.")
+    if options.vllm_sleep and device.type != "cuda":
+        raise ValueError("vllm_sleep releases GPU memory during the update; it does "
+                         "nothing on a CPU: drop --vllm-sleep.")
+
+
+def build(options, model, tokenizer, device: torch.device, *, max_model_len: int, seed: int,
+          world: int, sharded: bool, dtype: torch.dtype | None) -> VLLMEngine:
+    """The vllm engine for ``pods.rollout.make_engine`` (``options``: a RolloutConfig)."""
+    return VLLMEngine(model, tokenizer, max_model_len=max_model_len,
+                      max_num_seqs=options.gen_batch_size,
+                      gpu_memory_utilization=options.vllm_gpu_memory_utilization,
+                      sleep=options.vllm_sleep, seed=seed, world=world, dtype=dtype,
+                      seeded=options.vllm_seeded)

@@ -8,7 +8,7 @@ Layout of a run folder:
                                  config.yaml (the config it was written with) and
                                  state.pt (optimizer, RNG states, clock, counters); under
                                  FSDP2 also shards/ (every rank's weight and optimizer
-                                 shards, pods.train.fsdp), and state.pt holds no optimizer
+                                 shards, pods.runtime.fsdp), and state.pt holds no optimizer
     checkpoints/latest           name of the newest complete checkpoint
 
 A checkpoint is written under a temporary name and renamed when complete, and ``latest`` is

@@ -6,7 +6,7 @@ and stopping on a failure without losing what was written.
                            if none was written yet); pods.train.resumes says what may change
     train_or_resume(cfg)   either, for ``pods compare``'s restartable comparisons
 
-Only rank 0 writes logs, metrics and checkpoints (see ``pods.train.distributed``). Ctrl-C
+Only rank 0 writes logs, metrics and checkpoints (see ``pods.runtime.distributed``). Ctrl-C
 stops at once, except inside the update and a checkpoint write, which are finished first
 (``pods.train.interrupts``); either way the run folder resumes as if never stopped.
 """
@@ -21,8 +21,9 @@ import torch
 
 from pods.config import TrainConfig, save_yaml
 from pods.evaluation import evaluate
+from pods.runtime import fsdp
+from pods.runtime.distributed import RankFailure
 from pods.tracking import Trackers
-from pods.train import fsdp
 from pods.train.checkpoint import (
     WRITE_ERRORS,
     CheckpointWriteError,
@@ -33,7 +34,6 @@ from pods.train.checkpoint import (
     staging_dir,
     start_checkpoint,
 )
-from pods.train.distributed import RankFailure
 from pods.train.metrics import MetricsWriter, run_summary, truncate_metrics
 from pods.train.progress import Progress, plot_curve
 from pods.train.resumes import anchored, checkpoint_config, describe, record_resume, resume_config

@@ -1,5 +1,5 @@
 """The trainer's selection phase: which of a step's P*n rollouts the update sees, their
-advantages, and the ``select/`` metrics (this rank's rows of them: ``pods.train.distributed``).
+advantages, and the ``select/`` metrics (this rank's rows of them: ``pods.runtime.distributed``).
 
 Two scopes:
     group  m of each group's n with a ``pods.core.downsample`` rule, advantages over the
@@ -37,12 +37,13 @@ class KeptBatch:
 
 def select(rewards: Tensor, m: int, rule, *, scope: str = "group",
            max_per_group: int | None = None, generator: torch.Generator | None = None,
-           lengths: Tensor | None = None, adv_scale: str = "group") -> tuple[Tensor, Tensor]:
-    """rewards [P, n] (and lengths [P, n] for the length rules) -> keep [P, n] bool and
-    advantages [P, n] (0 where not kept)."""
+           inputs: dict[str, Tensor] | None = None,
+           adv_scale: str = "group") -> tuple[Tensor, Tensor]:
+    """rewards [P, n] (and the rule's per-rollout ``inputs``, each [P, n]:
+    pods.core.rollout_inputs) -> keep [P, n] bool and advantages [P, n] (0 where not kept)."""
     P, n = rewards.shape
     if scope == "group":
-        idx = downsample(rewards, m, rule, generator=generator, lengths=lengths)  # [P, m]
+        idx = downsample(rewards, m, rule, generator=generator, **(inputs or {}))  # [P, m]
         adv = group_advantages(rewards.gather(1, idx), scale=adv_scale)  # [P, m]
         keep = torch.zeros(P, n, dtype=torch.bool).scatter(1, idx, True)
         return keep, torch.zeros(P, n, dtype=adv.dtype).scatter(1, idx, adv)

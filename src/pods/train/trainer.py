@@ -18,18 +18,19 @@ import numpy as np
 import torch
 
 from pods.config import TrainConfig
+from pods.core.rollout_inputs import completion_lengths, rule_inputs
 from pods.models.policy import load_policy, load_saved_policy
 from pods.models.precision import autocast, compute_dtype
 from pods.models.source import check_source
 from pods.rollout import make_engine, resolve_engine, sample_keys
 from pods.rollout.prompts import drop_long_prompts, render_prompts
+from pods.runtime import fsdp
+from pods.runtime.distributed import Dist, launched_world_size
 from pods.tasks import get_task
 from pods.tasks.scoring import Scorer
 from pods.tracking import check_installed
-from pods.train import fsdp
 from pods.train.checkpoint import restore_rng_states, rng_states
 from pods.train.checks import check
-from pods.train.distributed import Dist, launched_world_size
 from pods.train.interrupts import Interrupts
 from pods.train.progress import Clock
 from pods.train.schedule import budget_progress, lr_multiplier
@@ -39,7 +40,7 @@ from pods.train.update import UpdateSpec, peak_memory_mb, policy_update
 
 class Trainer:
     """One run's model, optimizer, engine, data and random streams on this process; under
-    torchrun / accelerate launch, this rank's part of them (see pods.train.distributed).
+    torchrun / accelerate launch, this rank's part of them (see pods.runtime.distributed).
     ``step()`` advances the run by one optimizer step (``num_iterations`` with reuse)."""
 
     def __init__(self, config: TrainConfig, log=print):
@@ -133,12 +134,14 @@ class Trainer:
         with self.clock.phase("reward"):
             scores = self.scorer.rewards(rollouts.texts, my_problems, n)  # rewards [P_r, n]
         with self.clock.phase("select"):
-            lengths = rollouts.completion_mask.sum(1).view(-1, n).float().cpu()  # [P_r, n]
+            lengths = completion_lengths(rollouts.completion_mask).view(-1, n).float().cpu()
             rewards = self.dist.gather(scores.rewards)  # [P, n], the same on every rank
-            all_lengths = self.dist.gather(lengths)  # [P, n], for the length rules
+            all_lengths = self.dist.gather(lengths)  # [P, n]
+            inputs = {name: self.dist.gather(value.view(-1, n).cpu())  # [P, n] each
+                      for name, value in rule_inputs(s.rule, **rollouts.sources()).items()}
             keep, advantages = select(rewards, s.m, s.rule, scope=s.scope,
                                       max_per_group=s.max_kept_per_group,
-                                      generator=self.select_gen, lengths=all_lengths,
+                                      generator=self.select_gen, inputs=inputs,
                                       adv_scale=self.cfg.loss.adv_scale)  # [P, n] each
             kept = rank_batch(rollouts, keep, advantages, self.dist.rank,
                               self.dist.world)  # this rank's kept rows [K]

@@ -20,7 +20,7 @@ from pods.config.groups import LossConfig, OptimConfig
 from pods.core.loss import loss_normalizer, policy_loss
 from pods.models.logprobs import completion_logprobs
 from pods.rollout import Rollouts
-from pods.train.distributed import Dist
+from pods.runtime.distributed import Dist
 from pods.train.selection import KeptBatch
 
 

@@ -5,9 +5,16 @@
 from __future__ import annotations
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from pods.core.downsample import RULES
-from pods.integrations.verl.select import check_batch_sizes, check_verl_version, select_rows
+from pods.integrations.verl.select import (
+    check_batch_sizes,
+    check_verl_version,
+    rule_fields,
+    select_rows,
+    verl_inputs,
+)
 
 
 def _replay_buffer_base():
@@ -19,8 +26,9 @@ def _replay_buffer_base():
 class PODSReplayBuffer(_replay_buffer_base()):
     """verl's synchronous V1 replay buffer, keeping ``pods_m`` of each group's rollouts on
     the training partition (see the module docstring). ``sampler_kwargs``: ``pods_m``
-    (required), ``pods_rule`` (default max_variance; the length rules read each
-    trajectory's ``response_mask``), ``pods_seed`` (the random rule's stream). A group
+    (required), ``pods_rule`` (default max_variance; a rule that reads more than
+    rewards, such as the length rules, reads the trajectory fields its inputs need:
+    ``response_mask``, ``responses``), ``pods_seed`` (the random rule's stream). A group
     that holds fewer than m trajectories (failed rollouts that verl keeps out of it) is
     kept whole and counted in ``select/short_groups``. DAPO's group filter composes
     through ``filter_groups_metric``, ``train_batch_size``, ``gen_batch_size`` and
@@ -46,7 +54,7 @@ class PODSReplayBuffer(_replay_buffer_base()):
         if self.pods_rule not in RULES:
             raise ValueError(f"pods_rule {self.pods_rule!r} is not a pods.core.downsample "
                              f"rule; use one of {', '.join(sorted(RULES))}.")
-        self.needs_lengths = "lengths" in getattr(RULES[self.pods_rule], "needs", ())
+        self.rule_fields = rule_fields(self.pods_rule)  # what the rule's inputs read
         self.pods_generator = torch.Generator().manual_seed(int(options.get("pods_seed", 0)))
         sizes = [options.get(k) for k in ("pods_train_batch_size", "pods_n",
                                          "pods_ppo_mini_batch_size")]
@@ -63,16 +71,18 @@ class PODSReplayBuffer(_replay_buffer_base()):
         import transfer_queue as tq
         from transfer_queue import KVBatchMeta
 
-        fields = ["rm_scores"] + (["response_mask"] if self.needs_lengths else [])
+        fields = ["rm_scores", *self.rule_fields]
         data = tq.kv_batch_get(keys=list(meta.keys), partition_id=partition_id,
                                select_fields=fields)
         _check_fields(data, fields, meta, partition_id, self.pods_rule)
         scores = torch.stack([torch.as_tensor(v).float().sum() for v in data["rm_scores"]])
-        lengths = torch.stack([torch.as_tensor(v).sum() for v in data["response_mask"]]) \
-            if self.needs_lengths else None  # [rows] response tokens, for the length rules
+        padded = {name: pad_sequence([torch.as_tensor(v) for v in data[name]], batch_first=True)
+                  for name in self.rule_fields}  # [rows, T] each, zeros after each row's end
+        inputs = verl_inputs(self.pods_rule, padded)  # [rows] each
+        lengths = inputs.get("lengths")  # [rows] response tokens, when the rule reads them
         uids = [key.split("_")[0] for key in meta.keys]
         rows, stats = select_rows(uids, scores, self.pods_m, self.pods_rule,
-                                  self.pods_generator, lengths, short="keep")
+                                  self.pods_generator, lengths, short="keep", inputs=inputs)
         kept = set(rows.tolist())
         dropped = [key for i, key in enumerate(meta.keys) if i not in kept]
         if dropped:  # out of storage: nothing downstream reads them
@@ -105,7 +115,6 @@ def _check_fields(data, fields: list[str], meta, partition: str, rule: str) -> N
     stored = f" (stored fields: {', '.join(map(str, meta.fields))})" if meta.fields else ""
     if "rm_scores" in missing:
         raise ValueError(NO_REWARDS.format(partition=partition, stored=stored))
-    raise ValueError(f"pods_rule {rule!r} reads each trajectory's response_mask, but the "
-                     f"trajectories in partition {partition!r} were stored without it"
-                     f"{stored}; use a rule that does not read lengths, "
-                     f"such as max_variance.")
+    raise ValueError(f"pods_rule {rule!r} reads each trajectory's {', '.join(missing)}, but "
+                     f"the trajectories in partition {partition!r} were stored without it"
+                     f"{stored}; use a rule of rewards alone, such as max_variance.")

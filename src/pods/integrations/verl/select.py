@@ -12,9 +12,25 @@ import torch
 from torch import Tensor
 
 from pods.core.downsample import RULES, downsample
+from pods.core.rollout_inputs import rule_inputs, rule_sources
 
 TESTED = ("0.9",)  # verl minor versions this adapter is tested with
 _checked: list[bool] = []  # the version warning is given once per process
+# The completions' tensors the rules' inputs are computed from (pods.core.rollout_inputs),
+# by their names in verl's batches and trajectories: [rows, T] each.
+VERL_FIELDS = {"completion_ids": "responses", "completion_mask": "response_mask"}
+
+
+def rule_fields(rule) -> list[str]:
+    """The verl fields that ``rule``'s per-rollout inputs are computed from ([] for a rule of
+    rewards alone); a ValueError for a rule whose inputs pods does not compute."""
+    return [VERL_FIELDS[source] for source in rule_sources(rule)]
+
+
+def verl_inputs(rule, fields: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The inputs ``rule`` needs, each [rows], from verl's fields ([rows, T] each)."""
+    return rule_inputs(rule, **{source: fields[VERL_FIELDS[source]]
+                                for source in rule_sources(rule)})
 
 
 def check_verl_version() -> None:
@@ -38,10 +54,12 @@ def group_rows(uids: Sequence) -> list[list[int]]:
 
 def select_rows(uids: Sequence, scores: Tensor, m: int, rule: str = "max_variance",
                 generator: torch.Generator | None = None, lengths: Tensor | None = None,
-                short: str = "raise") -> tuple[Tensor, dict[str, float]]:
+                short: str = "raise", inputs: dict[str, Tensor] | None = None,
+                ) -> tuple[Tensor, dict[str, float]]:
     """Indices of the kept rows (m per uid, each uid's rows contiguous and in original order)
-    and the selection metrics. ``scores``: [rows] float; ``lengths``: [rows] response
-    tokens, for the length rules. A group of fewer than m rows raises (``short="raise"``) or
+    and the selection metrics. ``scores``: [rows] float; ``inputs``: the rule's per-rollout
+    inputs, [rows] each (``verl_inputs``); ``lengths``: [rows] response tokens, for the
+    ``select/completion_len`` metric. A group of fewer than m rows raises (``short="raise"``) or
     is kept whole (``"keep"``: the replay buffer, where verl leaves failed rollouts out of
     a group), counted in ``select/short_groups``."""
     if rule not in RULES and not callable(rule):
@@ -58,14 +76,14 @@ def select_rows(uids: Sequence, scores: Tensor, m: int, rule: str = "max_varianc
         same = [g for g in groups if len(g) == size]
         index = torch.tensor(same)  # [G, n]
         rewards = scores[index].float()  # [G, n]
-        extra = None if lengths is None else lengths[index]  # [G, n]
+        extra = {name: value[index] for name, value in (inputs or {}).items()}  # [G, n] each
         chosen = downsample(rewards, min(m, size), rule, generator=generator,
-                            lengths=extra)  # [G, m] (all of a short group)
+                            **extra)  # [G, m] (all of a short group)
         kept_rows += [(g[0], index[i, chosen[i]].tolist()) for i, g in enumerate(same)]
         full.append(rewards)
         kept.append(rewards.gather(1, chosen))
-        if extra is not None:
-            kept_lengths.append(extra.gather(1, chosen).flatten().float())
+        if lengths is not None:
+            kept_lengths.append(lengths[index].gather(1, chosen).flatten().float())
     rows = [row for _, chosen in sorted(kept_rows) for row in chosen]
     stats = selection_metrics(full, kept)
     stats["select/short_groups"] = len(small)
@@ -99,9 +117,16 @@ def select_batch(data, m: int, rule: str = "max_variance", scores: Tensor | None
         scores = data.batch["token_level_scores"].sum(-1)
     if len(scores) != len(data):
         raise ValueError(f"scores has {len(scores)} rows, the batch {len(data)}.")
-    lengths = data.batch["response_mask"].sum(-1).cpu() if "response_mask" in data.batch.keys() \
-        else None
-    rows, stats = select_rows(list(uids), scores.detach().cpu(), m, rule, generator, lengths)
+    held = set(data.batch.keys())
+    missing = [name for name in rule_fields(rule) if name not in held]
+    if missing:
+        raise ValueError(f"rule {rule!r} reads each rollout's {', '.join(missing)}, which this "
+                         f"batch does not hold; add it, or use a rule of rewards alone such as "
+                         f"max_variance.")
+    inputs = verl_inputs(rule, {name: data.batch[name].cpu() for name in rule_fields(rule)})
+    lengths = data.batch["response_mask"].sum(-1).cpu() if "response_mask" in held else None
+    rows, stats = select_rows(list(uids), scores.detach().cpu(), m, rule, generator, lengths,
+                              inputs=inputs)
     if metrics is not None:
         metrics.update(stats)
     return data.select_idxs(rows.numpy().astype(np.int64))

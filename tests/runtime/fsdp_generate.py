@@ -7,7 +7,7 @@ does not produce, so its completions run to the limit. Without ``synced_gpus`` r
 would leave ``generate`` after one forward pass while rank 1 waits in the next one for
 rank 0's weight shards. Each rank checks its rollouts against the same generation on the
 unsharded model and writes what it found to OUT/rank_R.json. The model is bf16, so the
-shards are float32 master weights gathered in bf16 (pods.train.fsdp.shard).
+shards are float32 master weights gathered in bf16 (pods.runtime.fsdp.shard).
 
     torchrun --nproc_per_node 2 fsdp_generate.py MODEL_DIR synced|unsynced OUT
 """
@@ -22,7 +22,7 @@ from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pods.rollout import HFEngine, sample_keys
-from pods.train.distributed import Dist
+from pods.runtime.distributed import Dist
 
 MAX_NEW_TOKENS = 6
 PROMPTS = ["12+3=", "7*8="]

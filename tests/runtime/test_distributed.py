@@ -11,8 +11,8 @@ import torch
 
 from launch import ENV, assert_same_run, launcher, pods, train_args
 from pods.config import from_dict
+from pods.runtime.distributed import Dist
 from pods.train.checkpoint import latest_checkpoint
-from pods.train.distributed import Dist
 from pods.train.metrics import read_metrics
 from pods.train.trainer import Trainer
 

@@ -20,7 +20,7 @@ from launch import ENV, assert_same_run, pods, saved_tensors, train_args
 from pods.config import from_dict
 from pods.evaluation import evaluate_path
 from pods.models.export import export_checkpoint
-from pods.train import fsdp
+from pods.runtime import fsdp
 from pods.train.run import resume
 
 FIELDS = dict(micro_batch_size=2, loss_norm="token", parallelism="fsdp2")

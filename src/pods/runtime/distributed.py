@@ -1,6 +1,6 @@
 """Data parallelism under ``torchrun`` or ``accelerate launch``: DDP through accelerate, or
 FSDP2 (``--parallelism fsdp2``, or accelerate's FSDP2 config) through torch's ``fully_shard``
-(pods.train.fsdp) for models that do not fit on one device. One process needs none of it.
+(pods.runtime.fsdp) for models that do not fit on one device. One process needs none of it.
 
 How a step is split over W ranks (see pods.train.trainer):
     every rank draws the same P prompts (same seed) and takes its P/W of them;
@@ -22,8 +22,8 @@ from datetime import timedelta
 import torch
 from torch import Tensor
 
-from pods.models.policy import resolve_device
-from pods.train import fsdp
+from pods.runtime import fsdp
+from pods.runtime.device import resolve_device
 
 
 class RankFailure(RuntimeError):
@@ -39,7 +39,7 @@ class Dist:
     """This process's view of the run: rank, device, and the collectives the trainer uses.
     With one process every collective is the identity and no engine is loaded (a
     ``parallelism`` of fsdp2 has nothing to shard there). accelerate starts the processes'
-    group either way; under FSDP2 the model is sharded by pods.train.fsdp, not accelerate."""
+    group either way; under FSDP2 the model is sharded by pods.runtime.fsdp, not accelerate."""
 
     def __init__(self, device: str = "auto", timeout_s: float = 1800.0,
                  world: int | None = None, parallelism: str = "ddp"):

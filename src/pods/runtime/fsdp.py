@@ -1,5 +1,5 @@
 """FSDP2 with torch's own ``fully_shard``: parameters, gradients and optimizer state split
-over the ranks, on GPUs (NCCL) and on CPUs (gloo) alike. Used by ``pods.train.distributed``
+over the ranks, on GPUs (NCCL) and on CPUs (gloo) alike. Used by ``pods.runtime.distributed``
 for ``--parallelism fsdp2`` (and for accelerate's FSDP2 config, which maps onto it).
 
 Each decoder layer is one shard unit, then the root (embeddings, final norm, head), as
