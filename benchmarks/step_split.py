@@ -12,9 +12,12 @@ each method from the same base model, one after the other on a quiet machine):
         --max-steps 12 --eval-size 4 --checkpoint-every 100000 --run-name $name \\
         --out-dir runs/split
     done
-    python benchmarks/step_split.py runs/split/grpo runs/split/pods runs/split/grpo_ga --skip 1
+    python benchmarks/step_split.py runs/split/grpo runs/split/pods runs/split/grpo_ga \\
+        --skip 1 --steps 5
 
-``--skip`` leaves out each run's first steps (vLLM's and the allocator's warm-up).
+``--skip`` leaves out each run's first steps (vLLM's and the allocator's warm-up);
+``--steps`` counts the same number of steps after them in every run, since completions
+change length as a run learns.
 """
 
 from __future__ import annotations
@@ -27,14 +30,15 @@ from pathlib import Path
 PHASES = ("generate", "reward", "select", "update", "sync")
 
 
-def steps_of(run: Path, skip: int) -> list[dict]:
+def steps_of(run: Path, skip: int, count: int | None) -> list[dict]:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
             if line.strip()]
-    return [r for r in rows if r.get("kind") == "step"][skip:]
+    steps = [r for r in rows if r.get("kind") == "step"][skip:]
+    return steps if count is None else steps[:count]
 
 
-def summary(run: Path, skip: int) -> dict:
-    steps = steps_of(run, skip)
+def summary(run: Path, skip: int, count: int | None) -> dict:
+    steps = steps_of(run, skip, count)
     if not steps:
         raise SystemExit(f"{run}: no step records after the first {skip}")
     mean = {p: statistics.fmean(s.get(f"time/{p}", 0.0) for s in steps) for p in PHASES}
@@ -48,8 +52,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (the first: baseline)")
     parser.add_argument("--skip", type=int, default=1, help="first steps left out")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="steps counted after those (default: all), the same for every run")
     args = parser.parse_args()
-    rows = [summary(run, args.skip) for run in args.runs]
+    rows = [summary(run, args.skip, args.steps) for run in args.runs]
     print("| run | steps | s/step | " + " | ".join(PHASES) + " | completion tokens | kept "
           f"| s/step vs {rows[0]['run']} |")
     print("|---" * (len(PHASES) + 6) + "|")
