@@ -270,3 +270,8 @@ def test_length_rules_need_lengths_and_custom_rules_can_ask():
     lengths = torch.tensor([[5, 1, 9, 2]])
     assert downsample(torch.zeros(1, 4), 2, longest, lengths=lengths).tolist() == [[0, 2]]
     assert downsample(torch.zeros(1, 4), 2, "max_reward", lengths=lengths).tolist() == [[2, 3]]
+
+
+def test_lengths_must_be_token_counts():
+    with pytest.raises(ValueError, match=r"lengths must be token counts \(>= 0\)"):
+        downsample(torch.zeros(1, 4), 2, "shortest", lengths=torch.tensor([1, -1, 2, 3]))

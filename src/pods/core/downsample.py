@@ -218,9 +218,8 @@ def rule_needs(rule: str | Rule) -> tuple[str, ...]:
 
 def _inputs(fn: Rule, rule, grid: Tensor, given: dict) -> dict[str, Tensor]:
     """The inputs a rule names in ``needs``, each checked to be [P, n] finite numbers."""
-    found = {}
+    found, name = {}, rule if isinstance(rule, str) else getattr(fn, "__name__", "custom")
     for key in tuple(getattr(fn, "needs", ())):
-        name = rule if isinstance(rule, str) else getattr(fn, "__name__", "custom")
         if given.get(key) is None:
             raise ValueError(f"rule {name!r} needs {key!r} of each rollout: pass {key}=[P, n] "
                              f"to downsample (pods.core.rollout_inputs.rule_inputs computes it "
@@ -233,6 +232,8 @@ def _inputs(fn: Rule, rule, grid: Tensor, given: dict) -> dict[str, Tensor]:
                              f"{tuple(grid.shape)}; give one value per rollout.")
         if value.is_floating_point() and not torch.isfinite(value).all():
             raise ValueError(f"{key} contains NaN or infinite values; give finite numbers.")
+        if key == "lengths" and (value < 0).any():
+            raise ValueError("lengths must be token counts (>= 0).")
         found[key] = value
     return found
 

@@ -215,10 +215,9 @@ class PODSGRPOTrainer(GRPOTrainer):
         weights = self.reward_weights.to(grouped.device)  # [F]
         unscorable = grouped.isnan().all(dim=2)  # [P, n] every reward function returned None
         rewards = (grouped * weights).nansum(dim=2).masked_fill(unscorable, math.nan)  # [P, n]
+        sources = {name: output[name] for name in rule_sources(self._pods_rule)}  # [B, T] each
         inputs = {name: self.accelerator.gather(value).view(-1, n)  # [P, n] each
-                  for name, value in rule_inputs(self._pods_rule, **{
-                      source: output[source] for source in rule_sources(self._pods_rule)})
-                  .items()}
+                  for name, value in rule_inputs(self._pods_rule, **sources).items()}
         idx = self._select(rewards, inputs)  # [P, m] kept columns, ascending
         kept_per_func = grouped.gather(1, idx.unsqueeze(2).expand(-1, -1, F))  # [P, m, F]
         advantages = self._kept_advantages(kept_per_func, unscorable.gather(1, idx))  # [P, m]

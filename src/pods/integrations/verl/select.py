@@ -117,13 +117,13 @@ def select_batch(data, m: int, rule: str = "max_variance", scores: Tensor | None
         scores = data.batch["token_level_scores"].sum(-1)
     if len(scores) != len(data):
         raise ValueError(f"scores has {len(scores)} rows, the batch {len(data)}.")
-    held = set(data.batch.keys())
-    missing = [name for name in rule_fields(rule) if name not in held]
+    held, fields = set(data.batch.keys()), rule_fields(rule)
+    missing = [name for name in fields if name not in held]
     if missing:
         raise ValueError(f"rule {rule!r} reads each rollout's {', '.join(missing)}, which this "
                          f"batch does not hold; add it, or use a rule of rewards alone such as "
                          f"max_variance.")
-    inputs = verl_inputs(rule, {name: data.batch[name].cpu() for name in rule_fields(rule)})
+    inputs = verl_inputs(rule, {name: data.batch[name].cpu() for name in fields})
     lengths = data.batch["response_mask"].sum(-1).cpu() if "response_mask" in held else None
     rows, stats = select_rows(list(uids), scores.detach().cpu(), m, rule, generator, lengths,
                               inputs=inputs)
