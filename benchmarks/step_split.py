@@ -15,6 +15,11 @@ each method from the same base model, one after the other on a quiet machine):
     python benchmarks/step_split.py runs/split/grpo runs/split/pods runs/split/grpo_ga \\
         --skip 1 --steps 5
 
+The comparison's runs (`pods compare configs/compare_smollm2.yaml`) are read the same way,
+one seed folder each (shown as ``variant/seedK``):
+
+    python benchmarks/step_split.py runs/compare_smollm2/{grpo,pods,grpo_ga,random}/seed0
+
 ``--skip`` leaves out each run's first steps (vLLM's and the allocator's warm-up);
 ``--steps`` counts the same number of steps after them in every run, since completions
 change length as a run learns.
@@ -43,7 +48,8 @@ def summary(run: Path, skip: int, count: int | None) -> dict:
         raise SystemExit(f"{run}: no step records after the first {skip}")
     mean = {p: statistics.fmean(s.get(f"time/{p}", 0.0) for s in steps) for p in PHASES}
     step = statistics.fmean(s["time/step"] for s in steps)
-    return {"run": run.name, "steps": len(steps), "step": step, **mean,
+    name = f"{run.parent.name}/{run.name}" if run.name.startswith("seed") else run.name
+    return {"run": name, "steps": len(steps), "step": step, **mean,
             "tokens": statistics.fmean(s["rollout/completion_len"] for s in steps),
             "kept": statistics.fmean(s["select/kept"] for s in steps)}
 

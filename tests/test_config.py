@@ -27,6 +27,7 @@ from runs import flat
     (dict(adv_scale="global"), "unknown adv_scale"),
     (dict(eval_every=0.0), "eval_every=0.0 must be positive"),
     (dict(lr=-1.0), "lr=-1.0 must be positive"),
+    (dict(truncated_reward=float("nan")), r"truncated_reward=nan must be a finite number"),
     (dict(model="x", task="custom"), "task custom needs --data-file"),
     (dict(model="x", task="custom", data_file="f.jsonl", reward_fn="mod"), "module:function"),
 ])

@@ -11,6 +11,19 @@ def test_completion_mask_stops_after_first_eos():
                                                        [1, 1, 1, 1, 1]]
 
 
+def test_rollouts_say_which_completions_were_cut_at_the_limit(tiny_model_dir):
+    """A completion with no eos stopped at max_new_tokens; ``select`` keeps the flag."""
+    from pods.rollout.base import finish
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    eos, pad, word = tokenizer.eos_token_id, tokenizer.pad_token_id, 5
+    ids = torch.tensor([[word, eos, pad], [word, word, word], [eos, pad, pad]])
+    prompts = torch.ones(3, 2, dtype=torch.long)
+    out = finish(tokenizer, prompts, prompts, ids)
+    assert out.finished.tolist() == [True, False, True]
+    assert out.select(torch.tensor([1, 2])).finished.tolist() == [False, True]
+
+
 def load(model_dir):
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"

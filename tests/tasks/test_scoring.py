@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from pods.tasks import Graded, Problem, Task
 from pods.tasks.scoring import RewardError, Scorer, checked_reward
@@ -113,3 +114,26 @@ def test_math_grading_failures_reach_the_scores(monkeypatch):
                                     [Problem("6*7=", "42")], n=2)
     assert scores.grading_failures == 1  # "42" matches as text: math-verify never runs
     assert scores.rewards[0, 1] > scores.rewards[0, 0]
+
+
+def test_a_cut_rollout_is_paid_truncated_reward_without_being_graded():
+    """A rollout cut at the length limit (finished False) gets truncated_reward and never
+    reaches the grader; by default it is graded like the others. Either way it is counted."""
+    graded = []
+
+    class Spy(Task):
+        def reward(self, completion, problem):
+            graded.append(completion)
+            return 1.0
+
+    finished = torch.tensor([True, False, True, False])  # [P*n]
+    texts, problems = ["a", "cut b", "c", "cut d"], [PROBLEM, PROBLEM]
+    shaped = Scorer(Spy(), truncated_reward=-0.5).rewards(texts, problems, 2, finished)
+    assert shaped.rewards.tolist() == [[1.0, -0.5], [1.0, -0.5]] and shaped.truncated == 2
+    assert graded == ["a", "c"]
+    graded.clear()
+    default = Scorer(Spy()).rewards(texts, problems, 2, finished)
+    assert default.rewards.tolist() == [[1.0, 1.0], [1.0, 1.0]] and default.truncated == 2
+    assert graded == texts
+    unknown = Scorer(Spy(), truncated_reward=0.0).rewards(texts, problems, 2)
+    assert unknown.rewards.tolist() == [[1.0, 1.0], [1.0, 1.0]] and unknown.truncated == 0

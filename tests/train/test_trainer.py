@@ -314,6 +314,26 @@ def test_zero_policy_scores_bad_rewards_zero_and_counts_them(tiny_model_dir, tmp
     assert len(warnings) == 1 and "returned nan (float)" in warnings[0]
 
 
+class PaysEverything(Task):
+    def reward(self, completion, problem):
+        return 1.0
+
+
+@pytest.mark.parametrize("truncated_reward", [None, -1.0])
+def test_rollouts_cut_at_the_limit_are_counted_and_paid_truncated_reward(
+        tiny_model_dir, tmp_path, monkeypatch, truncated_reward):
+    """With one new token most rollouts are cut: each step counts them, and pays them
+    truncated_reward when it is set (every other rollout earns 1 here)."""
+    _score_with(monkeypatch, PaysEverything())
+    run = train(config(tiny_model_dir, tmp_path, max_new_tokens=1,
+                       truncated_reward=truncated_reward))
+    for step in read_metrics(run / "metrics.jsonl", "step"):
+        rows, cut = 3 * 6, step["rollout/truncated"]
+        assert cut > 0
+        paid = rows if truncated_reward is None else rows - 2 * cut
+        assert step["rollout/reward_mean"] == pytest.approx(paid / rows)
+
+
 def test_resume_falls_back_when_the_newest_checkpoint_cannot_be_read(tiny_model_dir,
                                                                       tmp_path):
     run = train(config(tiny_model_dir, tmp_path, max_steps=2))

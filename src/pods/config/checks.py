@@ -8,6 +8,7 @@ holds the loss's and advantages' fixed choices)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -130,6 +131,9 @@ def _ranges(c: TrainConfig) -> Iterator[str]:
     if m.lora_rank < 0 or m.lora_alpha <= 0 or not 0 <= m.lora_dropout < 1:
         yield "lora_rank must be >= 0 (0 = full fine-tuning), lora_alpha > 0 and " \
               "0 <= lora_dropout < 1."
+    if c.task.truncated_reward is not None and not math.isfinite(c.task.truncated_reward):
+        yield f"truncated_reward={c.task.truncated_reward} must be a finite number (or None " \
+              f"to grade truncated rollouts)."
     code = c.task.code
     if code.test_timeout <= 0 or code.memory_mb < 32:
         yield "code_test_timeout must be positive and code_memory_mb at least 32."

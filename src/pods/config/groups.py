@@ -115,6 +115,11 @@ class TaskConfig:
                             "number: raise (stop, naming the function, problem and "
                             "completion, after a checkpoint of the last complete step) or "
                             "zero (score 0, count rollout/reward_errors, warn once).")
+    truncated_reward: float | None = _f(None, "Training reward of a rollout cut at "
+                                        "max_new_tokens before its end-of-sequence token, "
+                                        "instead of grading it (DAPO's overlong shaping; 0 "
+                                        "pays nothing for an unfinished answer); None: graded "
+                                        "like any other (the paper). Evaluation always grades.")
     max_prompt_tokens: int = _f(512, "Prompts longer than this (in tokens) are dropped and "
                                 "counted.")
     levels: str = _f("1,2", "wordproblems task: difficulty levels, comma-separated (1-3: "

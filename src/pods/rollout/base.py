@@ -21,6 +21,7 @@ class Rollouts:
     completion_mask: Tensor  # [B, Lc] 1 up to and including the first eos
     texts: list[str]  # [B] decoded completions, special tokens removed
     logprobs: Tensor | None = None  # [B, Lc] the engine's log-probs of the sampled tokens
+    finished: Tensor | None = None  # [B] bool: ended with eos (False: cut at the length limit)
 
     def sources(self) -> dict[str, Tensor]:
         """What the rules' per-rollout inputs are computed from (pods.core.rollout_inputs)."""
@@ -31,9 +32,10 @@ class Rollouts:
         mask = self.completion_mask[rows]
         width = max(int(mask.sum(1).max()), 1) if len(rows) else 1
         logprobs = None if self.logprobs is None else self.logprobs[rows, :width]
+        finished = None if self.finished is None else self.finished[rows]
         return Rollouts(self.prompt_ids[rows], self.prompt_mask[rows],
                         self.completion_ids[rows, :width], mask[:, :width],
-                        [self.texts[i] for i in rows.tolist()], logprobs)
+                        [self.texts[i] for i in rows.tolist()], logprobs, finished)
 
 
 def completion_mask(ids: Tensor, eos_id: int) -> Tensor:
@@ -53,13 +55,16 @@ def encode_prompts(tokenizer, prompts: list[str], n: int, add_special_tokens: bo
 
 def finish(tokenizer, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
            logprobs: Tensor | None = None) -> Rollouts:
-    """Rollouts from right-padded completions [B, Lc]: eos mask, decoded texts."""
+    """Rollouts from right-padded completions [B, Lc]: eos mask, decoded texts, and which
+    ended with eos (a row without one was cut at the limit: the engines stop only on eos,
+    and a cut row is as long as the longest, so holds no padding)."""
     mask = completion_mask(completion_ids, tokenizer.eos_token_id)
     texts = tokenizer.batch_decode(completion_ids * mask + tokenizer.pad_token_id * (1 - mask),
                                    skip_special_tokens=True)
     if logprobs is not None:
         logprobs = logprobs * mask
-    return Rollouts(prompt_ids, prompt_mask, completion_ids, mask, texts, logprobs)
+    finished = (completion_ids == tokenizer.eos_token_id).any(1)  # [B]
+    return Rollouts(prompt_ids, prompt_mask, completion_ids, mask, texts, logprobs, finished)
 
 
 class Engine(Protocol):

@@ -7,6 +7,11 @@ text, None), is a reward error. The policy (``reward_errors`` in TrainConfig) de
     zero    score the rollout 0, count it (``rollout/reward_errors`` per step) and warn once.
 A grader that could not compare an answer says so in its return value (``Task.graded``):
 those rollouts are counted in ``rollout/grading_failures``.
+
+A rollout cut at the length limit (no end-of-sequence token) is graded like any other
+unless ``truncated_reward`` is set: then it gets that reward without being graded, so an
+unfinished completion whose last number happens to be right is not paid (counted in
+``rollout/truncated`` either way). Evaluation (``Scorer.score``) always grades.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class Scores:
     rewards: Tensor  # [P, n]
     reward_errors: int  # rewards that raised or were not finite, scored 0 (policy zero)
     grading_failures: int  # rollouts whose grading failed (Task.graded: error or timeout)
+    truncated: int = 0  # rollouts cut at the length limit (known only with ``finished``)
 
 
 class RewardError(ValueError):
@@ -64,13 +70,16 @@ def checked_grade(task, completion: str, problem) -> Graded:
 
 
 class Scorer:
-    """Scores rollouts under a policy, warning once (through ``warn``) under ``zero``."""
+    """Scores rollouts under a policy, warning once (through ``warn``) under ``zero``;
+    ``truncated_reward`` (None: grade them) is what ``rewards`` pays a cut rollout."""
 
-    def __init__(self, task, policy: str = "raise", warn=print):
+    def __init__(self, task, policy: str = "raise", warn=print,
+                 truncated_reward: float | None = None):
         if policy not in REWARD_ERRORS:
             raise ValueError(f"unknown reward_errors {policy!r}; use one of "
                              f"{', '.join(REWARD_ERRORS)}.")
         self.task, self.policy, self.warn, self.warned = task, policy, warn, False
+        self.truncated_reward = truncated_reward
 
     def score(self, completion: str, problem) -> tuple[float, bool, bool]:
         """(reward, whether it was a reward error scored 0, whether grading failed)."""
@@ -86,14 +95,24 @@ class Scorer:
                           f"are counted in rollout/reward_errors without a message.")
             return 0.0, True, False
 
-    def rewards(self, texts: list[str], problems: list, n: int) -> Scores:
+    def _scored(self, completion: str, problem, cut: bool) -> tuple[float, bool, bool]:
+        """``score``, or truncated_reward for a cut rollout when it is set."""
+        if cut and self.truncated_reward is not None:
+            return self.truncated_reward, False, False
+        return self.score(completion, problem)
+
+    def rewards(self, texts: list[str], problems: list, n: int,
+                finished: Tensor | None = None) -> Scores:
         """The ``Scores`` of rollouts ``texts`` [P*n] (row p*n + j: rollout j of
-        ``problems[p]``): rewards [P, n], reward errors scored 0 and grading failures."""
-        scored = task_map(self.task, lambda i: self.score(texts[i], problems[i // n]),
-                          range(len(texts)))
+        ``problems[p]``): rewards [P, n], reward errors scored 0, grading failures, and
+        the rollouts cut at the length limit (``finished`` [P*n] bool False; None: not
+        known, every rollout graded)."""
+        cut = set() if finished is None else set((~finished.bool()).nonzero().flatten().tolist())
+        scored = task_map(self.task, lambda i: self._scored(texts[i], problems[i // n],
+                                                            i in cut), range(len(texts)))
         values = torch.tensor([value for value, _, _ in scored], dtype=torch.float32)
         return Scores(values.view(-1, n), sum(error for _, error, _ in scored),
-                      sum(failed for _, _, failed in scored))
+                      sum(failed for _, _, failed in scored), len(cut))
 
 
 def task_map(task, fn, items) -> list:

@@ -75,7 +75,8 @@ class Trainer:
             seed=config.run.seed, world=self.dist.world, sharded=self.dist.sharded,
             dtype=compute_dtype(config.model.mixed_precision))
         self.train_set, self.test_set, self.dropped = self._datasets()
-        self.scorer = Scorer(self.task, config.task.reward_errors, warn=self.log)
+        self.scorer = Scorer(self.task, config.task.reward_errors, warn=self.log,
+                             truncated_reward=config.task.truncated_reward)
         self.prompt_rng = np.random.default_rng(config.run.seed)
         self.select_gen = torch.Generator().manual_seed(config.run.seed)
         self.clock, self.step_count = Clock(), 0
@@ -132,7 +133,8 @@ class Trainer:
             rollouts = self.engine.generate(texts, n, r.temperature, r.max_new_tokens,
                                             keys, special)  # P_r * n rows
         with self.clock.phase("reward"):
-            scores = self.scorer.rewards(rollouts.texts, my_problems, n)  # rewards [P_r, n]
+            scores = self.scorer.rewards(rollouts.texts, my_problems, n,
+                                         rollouts.finished)  # rewards [P_r, n]
         with self.clock.phase("select"):
             lengths = completion_lengths(rollouts.completion_mask).view(-1, n).float().cpu()
             rewards = self.dist.gather(scores.rewards)  # [P, n], the same on every rank
@@ -234,8 +236,10 @@ class Trainer:
                                     **peak_memory_mb(self.device)}, "max")
         summed = self.dist.reduce({"length": lengths.sum().item(), "rows": lengths.numel(),
                                    "errors": scores.reward_errors,
-                                   "failures": scores.grading_failures}, "sum")
+                                   "failures": scores.grading_failures,
+                                   "truncated": scores.truncated}, "sum")
         return slowest, {"rollout/completion_len": summed["length"] / max(summed["rows"], 1),
+                         "rollout/truncated": int(summed["truncated"]),
                          "rollout/grading_failures": int(summed["failures"]),
                          "rollout/reward_errors": int(summed["errors"])}
 
