@@ -2,4 +2,5 @@ import sys
 
 from pods.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when a spawned process imports it (pods compare)
+    sys.exit(main())

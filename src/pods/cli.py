@@ -187,12 +187,12 @@ def _fetch(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from pods.experiments.compare import load_spec, run_compare
+    from pods.experiments.compare import in_fresh_process, load_spec, run_compare
     from pods.train.run import train_or_resume
 
     only = [v.strip() for v in args.only.split(",") if v.strip()] if args.only else None
-    run_compare(load_spec(args.spec), Path(args.out), train_or_resume, flag_overrides(args),
-                only=only)
+    run_compare(load_spec(args.spec), Path(args.out), in_fresh_process(train_or_resume),
+                flag_overrides(args), only=only)
     return 0
 
 

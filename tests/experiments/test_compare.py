@@ -1,10 +1,18 @@
 import json
+import os
 from pathlib import Path
 
 import pytest
 from comparison_runs import write_run
 
-from pods.experiments.compare import CompareSpec, is_finished, load_spec, run_compare
+from pods.config import from_dict
+from pods.experiments.compare import (
+    CompareSpec,
+    in_fresh_process,
+    is_finished,
+    load_spec,
+    run_compare,
+)
 from pods.train.metrics import read_metrics
 from runs import flat
 
@@ -156,3 +164,21 @@ def test_only_trains_the_named_variants_and_refuses_unknown_ones(tmp_path):
     assert {r["variant"] for r in rows} == {"grpo", "pods"}
     with pytest.raises(ValueError, match="does not have: podz"):
         run_compare(spec, out, fake_trainer(calls), only=["podz"])
+
+
+def _pid_and_seed(config):  # module level: the fresh process imports it by name
+    return os.getpid(), config.run.seed
+
+
+def _refuses(config):
+    raise ValueError(f"seed {config.run.seed} refused")
+
+
+def test_pods_compare_trains_each_run_in_a_fresh_process():
+    """Each call runs in a new process (so a run's memory is freed when it ends) and
+    returns what the function returned there, or raises what it raised."""
+    run, config = in_fresh_process(_pid_and_seed), from_dict({"seed": 3})
+    (first, seed), (second, _) = run(config), run(config)
+    assert seed == 3 and len({first, second, os.getpid()}) == 3
+    with pytest.raises(ValueError, match="seed 3 refused"):
+        in_fresh_process(_refuses)(config)
