@@ -85,8 +85,8 @@ def test_a_step_that_keeps_nothing_skips_the_update(tiny_model_dir, tmp_path, mo
     """Batch selection when every group's rewards are equal: nothing is kept, no optimizer
     step is taken, the model stays as it was, and the step is still logged."""
     monkeypatch.setattr(trainer_module.Scorer, "rewards",
-                        lambda self, texts, problems, n: Scores(torch.zeros(len(problems), n),
-                                                                0, 0))
+                        lambda self, texts, problems, n, finished=None:
+                        Scores(torch.zeros(len(problems), n), 0, 0))
     run = train(config(tiny_model_dir, tmp_path, selection="batch"))
     steps = read_metrics(run / "metrics.jsonl", "step")
     assert [r["select/kept"] for r in steps] == [0, 0]
