@@ -191,9 +191,11 @@ def test_ctrl_c_then_resume_equals_an_uninterrupted_run(tiny_model_dir, tmp_path
             "--eval-every", "1e9", "--out-dir", str(tmp_path)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    # SIGINT as in a terminal, also where the suite runs with it ignored (`make test &`)
     proc = subprocess.Popen([sys.executable, "-m", "pods", *args, "--run-name", "part"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+                            env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     metrics = tmp_path / "part" / "metrics.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None and \

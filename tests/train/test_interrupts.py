@@ -18,6 +18,16 @@ from runs import config, weights
 STEPS = 3
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_is_python_s_own():
+    """Each test here starts with Python's own SIGINT handler, as in a terminal, also where
+    the suite was started with SIGINT ignored (a background job, `make test &`, where a run
+    rightly leaves Ctrl-C alone)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 @pytest.fixture(scope="module")
 def whole(tiny_model_dir, tmp_path_factory):
     """The uninterrupted run every interrupted one is compared with."""
