@@ -8,6 +8,7 @@ Every result is checked (status ok, output 4950).
 
     python benchmarks/sandbox_throughput.py                     # 200 programs per row
     python benchmarks/sandbox_throughput.py --n 50 --workers 1 2
+    python benchmarks/sandbox_throughput.py --modes unshare --workers 2
 """
 
 from __future__ import annotations
@@ -50,16 +51,18 @@ def main() -> None:
     cpus = default_workers()
     parser.add_argument("--workers", type=int, nargs="+",
                         default=sorted({1, cpus, 2 * cpus, 4 * cpus}))
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
+                        help="isolation modes to measure (those unusable here are skipped)")
     args = parser.parse_args()
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     print(f"{cpus} CPUs usable, {memory:.0f} GiB, {platform.machine()}, "
           f"Python {platform.python_version()}, uid {os.geteuid()}")
-    for mode in MODES:
+    for mode in args.modes:
         if mode not in available_modes():
             print(f"skipped {mode}: {unusable_reason(mode)}")
     print("| mode | workers | programs/s | p50 latency (ms) | p95 latency (ms) |")
     print("|---|---:|---:|---:|---:|")
-    for mode in available_modes():
+    for mode in (m for m in available_modes() if m in args.modes):
         for workers in args.workers:
             print(row(mode, workers, args.n), flush=True)
 

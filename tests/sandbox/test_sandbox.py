@@ -355,6 +355,40 @@ def test_a_callers_folder_inside_a_bound_one_is_covered(mode, monkeypatch):
     assert (r.status, r.stdout) == ("ok", "[] True\n"), r.stderr
 
 
+@pytest.mark.skipif(not os.access("/usr/share", os.W_OK), reason="needs to write /usr/share")
+def test_a_covered_folder_may_have_any_name(mode, monkeypatch):
+    """A caller's folder whose name holds a space, a tab, a backslash and a newline (the
+    characters an fstab escapes) is covered all the same."""
+    folder = Path(f"/usr/share/pods test\t\\dir\n{secrets.token_hex(4)}")
+    folder.mkdir()
+    try:
+        (folder / "secret.txt").write_text("host data")
+        monkeypatch.chdir(folder)
+        r = run(mode, f"import os\nprint(os.listdir({str(folder)!r}))")
+        assert (r.status, r.stdout) == ("ok", "[]\n"), r.stderr
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_fstab_fields_escape_what_separates_them():
+    from pods.sandbox.unshare import _fstab_field
+
+    assert _fstab_field("/a b\tc\\d\ne") == "/a\\040b\\011c\\134d\\012e"
+    assert _fstab_field("/usr/lib") == "/usr/lib"
+
+
+@pytest.mark.parametrize("version", ["mount from util-linux 2.26.2", "mount (BusyBox v1.36)"])
+def test_unshare_refuses_a_mount_that_would_bind_writable(tmp_path, version):
+    """Before util-linux 2.27 a "bind,ro" fstab entry gives a writable bind: refused."""
+    from pods.sandbox.unshare import check_mount
+
+    fake = tmp_path / "mount"
+    fake.write_text(f"#!/bin/sh\necho '{version}'\n")
+    fake.chmod(0o755)
+    with pytest.raises(SandboxUnavailable, match="2.27 or later.*util-linux"):
+        check_mount(str(fake))
+
+
 def test_site_packages_only_when_asked(mode):
     """By default the base interpreter and its standard library; ``site_packages=True``
     runs the caller's interpreter with its environment's packages, read-only."""
