@@ -85,6 +85,7 @@ def test_summary_speedup_worked_numbers(tmp_path, capsys):
     s = rows["slow"]
     assert s["time_to_baseline_peak"] is None and s["speedup"] is None
     assert s["sec_per_step"] is None and s["final_acc"] == pytest.approx(0.75)
+    assert g["final_acc"] == pytest.approx(0.8)  # (0.7 + 0.9) / 2
     # the same against optimizer steps (write_run numbers evals 0, 1, 2, ...):
     # grpo mean by step .5, .7, .7, .8 -> peak .8 at step 3; pods .5, .8, .9 -> .8 at step 1
     assert (g["steps_to_baseline_peak"], p["steps_to_baseline_peak"]) == (3, 1)
@@ -121,6 +122,16 @@ def test_summary_speedup_worked_numbers(tmp_path, capsys):
     assert table in capsys.readouterr().out
     png = (tmp_path / "curves.png").read_bytes()
     assert png.startswith(PNG) and len(png) > 5000
+
+
+def test_final_accuracy_is_each_runs_last_eval(tmp_path):
+    """A run's final eval a moment after another run's last one is past the common grid;
+    the final accuracy still counts it (the mean curve there holds its previous eval)."""
+    write_run(tmp_path / "pods" / "seed0", [(0, 0.1), (100, 0.6), (181, 0.7)])
+    write_run(tmp_path / "pods" / "seed1", [(0, 0.1), (100, 0.5), (180, 0.6)])
+    write_spec(tmp_path, "pods", ["pods"])
+    [row] = summarize(tmp_path)
+    assert row["final_acc"] == pytest.approx(0.65)  # not (0.6 + 0.6) / 2 at t = 180
 
 
 def test_two_baselines_each_get_a_speedup(tmp_path):

@@ -36,6 +36,9 @@ class Curve:
     sem: np.ndarray  # [G] standard error of the mean over seeds (ddof=1); 0 with one seed
     seeds: int
     runs: list[Path]  # the run folders averaged
+    # [k] each run's last accuracy, wherever its last eval lies: a run whose final eval
+    # came a few seconds after another's ends past the common grid, not in ``mean[-1]``
+    final: np.ndarray
 
     def plain(self) -> dict[str, Any]:
         """What plots.plot_compare draws: lists and a seed count."""
@@ -94,7 +97,7 @@ def _curve(runs: Runs, seeds: Seeds) -> Curve:
     k = seeds.k
     sem = values.std(axis=0, ddof=1) / np.sqrt(k) if k > 1 else np.zeros(len(times))
     return Curve(times=times, mean=values.mean(axis=0), sem=sem, seeds=k,
-                 runs=[run for run, _ in runs])
+                 runs=[run for run, _ in runs], final=seeds.final)
 
 
 # the first baseline's figures, repeated at the top of each row under these names
@@ -185,7 +188,7 @@ def _row(name: str, curve: Curve) -> dict[str, Any]:
         "kept_completion_len": _mean_of(steps, "select/completion_len"),  # trained on
         "peak_mem_mb": _max_of(steps, "mem/peak_rss_mb"),
         "peak_gpu_mb": _max_of(steps, "mem/peak_gpu_mb"),
-        "final_acc": float(curve.mean[-1]),
+        "final_acc": float(curve.final.mean()),  # the runs' own last evals
     }
 
 
