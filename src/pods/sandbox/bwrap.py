@@ -4,9 +4,6 @@ namespace of its own per sandbox with further user namespaces disabled inside.""
 
 from __future__ import annotations
 
-import subprocess
-from functools import cache
-
 from pods.sandbox.commands import (
     Limits,
     check_guarantees,
@@ -15,6 +12,7 @@ from pods.sandbox.commands import (
     python_argv,
     rlimits,
     sandbox_uid,
+    tool_output,
     tools,
     warn_once,
 )
@@ -25,14 +23,9 @@ HIDE_TMPFS_BYTES = 4096
 CHOWN_THEN_EXEC = 'chown "$0" "$1" && shift && exec "$@"'
 
 
-@cache
 def bwrap_has(path: str, option: str) -> bool:
     """Whether this bwrap knows ``option`` (--size and --disable-userns came in 0.7/0.8)."""
-    try:
-        help_text = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return option in help_text.stdout
+    return option in tool_output(path, "--help")
 
 
 def root_options(plan: tuple[Entry, ...], sized: bool) -> list[str]:

@@ -20,10 +20,12 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import subprocess
 import threading
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 
 from pods.sandbox.rootfs import (
     SYSTEM_DIRS,
@@ -102,6 +104,16 @@ def tools(mode: str) -> dict[str, str]:
                                  f"{', '.join(SYSTEM_DIRS)}, the only folders the sandbox "
                                  f"sees; install util-linux from the system's packages")
     return found
+
+
+@cache
+def tool_output(path: str, flag: str) -> str:
+    """What ``path flag`` prints (``--help``, ``--version``), once per process; "" if it
+    cannot run: what a wrapper's options depend on."""
+    try:
+        return subprocess.run([path, flag], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 def python_argv(site_packages: bool = False) -> list[str]:

@@ -15,8 +15,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import subprocess
-from functools import cache
 
 from pods.sandbox.commands import (
     INSTALL,
@@ -28,6 +26,7 @@ from pods.sandbox.commands import (
     python_argv,
     rlimits,
     sandbox_uid,
+    tool_output,
     tools,
 )
 from pods.sandbox.rootfs import SYSTEM_DIRS, Entry, entries
@@ -41,17 +40,15 @@ DEV_LINKS = (("/proc/self/fd", "fd"), ("/proc/self/fd/0", "stdin"),
 ROOT_TMPFS = "mode=0755,size=64k,nosuid,nodev"
 BIND_RO = "bind,ro,nosuid,nodev"  # util-linux 2.27+ remounts a bind read-only itself
 MOUNT_MIN = (2, 27)
+# what the new root needs, all under NEW_ROOT: folders, empty files (mount points), symlinks
+# (link, target) and mounts (source, target, type, options), in mount order
+Layout = tuple[list[str], list[str], list[tuple[str, str]], list[tuple[str, str, str, str]]]
 
 
-@cache
 def check_mount(path: str) -> None:
     """SandboxUnavailable unless ``path`` is util-linux mount 2.27+: an older one makes a
     "bind,ro" fstab entry a writable bind."""
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True,
-                             timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        out = ""
+    out = tool_output(path, "--version")
     found = re.search(r"util-linux[^0-9]*(\d+)\.(\d+)", out)
     if not found or tuple(map(int, found.groups())) < MOUNT_MIN:
         raise SandboxUnavailable(f"unshare: {path} is not util-linux mount 2.27 or later "
@@ -65,10 +62,8 @@ def _fstab_field(text: str) -> str:
     return text
 
 
-def _plan_mounts(plan: tuple[Entry, ...], fds: dict[str, int]) -> tuple[
-        list[str], list[str], list[tuple[str, str]], list[tuple[str, str, str, str]]]:
-    """The new root's folders and empty files (mount points), its symlinks (link, target)
-    and its mounts (source, target, type, options), in mount order, all under NEW_ROOT."""
+def _plan_mounts(plan: tuple[Entry, ...], fds: dict[str, int]) -> Layout:
+    """The plan's entries as the new root's Layout; ``fds``: sources opened by descriptor."""
     r = NEW_ROOT
     folders, files, links, mounts = [], [], [], []
     for e in plan:
@@ -79,15 +74,17 @@ def _plan_mounts(plan: tuple[Entry, ...], fds: dict[str, int]) -> tuple[
         elif e.kind == "hide":
             mounts.append(("pods-hidden", target, "tmpfs", "ro,mode=0755,size=4k"))
         else:
-            (folders if os.path.isdir(e.path) else files).append(target)
-            folders.append(os.path.dirname(target))
+            if os.path.isdir(e.path):
+                folders.append(target)
+            else:
+                files.append(target)
+                folders.append(os.path.dirname(target))
             source = f"/proc/self/fd/{fds[e.path]}" if e.path in fds else e.path
             mounts.append((source, target, "none", BIND_RO))
     return folders, files, links, mounts
 
 
-def _special_mounts(disk_mb: int) -> tuple[
-        list[str], list[str], list[tuple[str, str]], list[tuple[str, str, str, str]]]:
+def _special_mounts(disk_mb: int) -> Layout:
     """Its own /proc, a minimal /dev (host device nodes bound, as bubblewrap does; a folder
     of the root, read-only with it) and private tmpfs /tmp and /dev/shm."""
     r = NEW_ROOT
