@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pods.train.metrics import read_metrics
+from pods.runs.metrics import read_metrics
 
 
 def machine() -> str:

@@ -17,7 +17,7 @@ import argparse
 import json
 
 from pods.config.groups import ModelConfig
-from pods.evaluation import evaluate
+from pods.evaluation import Sampling, evaluate
 from pods.models.policy import load_policy
 from pods.rollout.hf import HFEngine
 from pods.runtime.device import resolve_device
@@ -45,8 +45,8 @@ def main() -> None:
         repeats = 1 if temperature == 0 else args.repeats
         for level in parse_levels(args.levels):
             task = WordProblems((level,))
-            result = evaluate(engine, task, task.test()[:args.size], temperature,
-                              args.max_new_tokens, seed=0, repeats=repeats)
+            result = evaluate(engine, task, task.test()[:args.size],
+                              Sampling(temperature, args.max_new_tokens, repeats=repeats))
             rows.append({"level": level, "temperature": temperature, **result})
             print(row_line(rows[-1]), flush=True)
     if args.json:

@@ -11,7 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from pods.config import load_yaml
-from pods.train.metrics import read_metrics
+from pods.runs.metrics import read_metrics
 
 WORKER = Path(__file__).parent / "distributed_worker.py"
 ACCELERATE_DDP = Path(__file__).parents[1] / "configs" / "accelerate" / "ddp.yaml"

@@ -38,13 +38,13 @@ def train_interrupted(config, after: int) -> None:
     from pods.train.run import train
     from pods.train.trainer import Trainer
 
-    real_step = Trainer.step
+    real_sample = Trainer.sample
 
-    def step_then_interrupt(self):
+    def sample_then_interrupt(self):
         if self.step_count == after:
             raise KeyboardInterrupt
-        return real_step(self)
+        return real_sample(self)
 
     with pytest.MonkeyPatch.context() as patch, pytest.raises(KeyboardInterrupt):
-        patch.setattr(Trainer, "step", step_then_interrupt)
+        patch.setattr(Trainer, "sample", sample_then_interrupt)
         train(config)

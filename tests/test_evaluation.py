@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from pods.evaluation import evaluate, scores, summarize
+from pods.evaluation import Sampling, evaluate, scores, summarize
 from pods.rollout import HFEngine
 from pods.tasks import Problem, Task
 
@@ -41,20 +41,20 @@ def test_evaluate_reports_sem_over_repeats(tiny_model_dir):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     engine = HFEngine(model, tokenizer, chunk=64)
     problems = [Problem("1+2=", "3"), Problem("4+4=", "8"), Problem("5+1=", "6")]
-    result = evaluate(engine, Exact(), problems, 1.0, 3, repeats=4)
+    result = evaluate(engine, Exact(), problems, Sampling(1.0, 3, repeats=4))
     assert result["eval/repeats"] == 4 and result["eval/problems"] == 3
     for key in ("accuracy", "format_accuracy", "both_accuracy", "completion_len"):
         assert f"eval/{key}" in result and f"eval/{key}_sem" in result
-    single = evaluate(engine, Exact(), problems, 0.0, 3)
+    single = evaluate(engine, Exact(), problems, Sampling(0.0, 3))
     assert "eval/accuracy_sem" not in single
     # evaluation never moves the caller's RNG
     state = torch.get_rng_state()
-    evaluate(engine, Exact(), problems, 1.0, 3, repeats=2)
+    evaluate(engine, Exact(), problems, Sampling(1.0, 3, repeats=2))
     assert torch.equal(state, torch.get_rng_state())
 
 
 def test_eval_argument_errors():
-    from pods.evaluation import evaluate_path
+    from pods.cli.evaluate import EvalRequest
 
     with pytest.raises(ValueError, match="--repeats must be >= 1"):
-        evaluate_path("nowhere", ["arithmetic"], repeats=0)
+        EvalRequest("nowhere", ("arithmetic",), repeats=0)

@@ -1,5 +1,6 @@
-"""The package's shape, held by tests: responsibilities in subpackages, no import cycles,
-short modules, and ``import pods`` that stays light."""
+"""The package's shape, held by tests: responsibilities in subpackages, folders in one order
+(every import points down it), no import cycles, short modules, and ``import pods`` that
+stays light."""
 
 import ast
 import subprocess
@@ -61,6 +62,58 @@ def test_no_import_cycles_deferred_imports_included():
 
     for name in sorted(GRAPH):
         visit(name, [name])
+
+
+# pods's folders (and top-level modules) from the ground floor up: a module may import
+# from its own folder and from the folders below it, never from one above. A new folder
+# takes its place here.
+LAYERS = (
+    "core",  # the math: tensors in, tensors out
+    "pods",  # the package itself (its version, the core names it re-exports)
+    "config",  # the configuration, its fixed choices and checks
+    "runtime",  # devices, processes and their groups, FSDP2
+    "sandbox",  # isolation of untrusted programs
+    "tracking",  # experiment trackers
+    "runs",  # the run folder's format: checkpoints' places, metrics.jsonl
+    "tasks",  # data and rewards
+    "models",  # loading, the embedded model, log-probs
+    "rollout",  # generation engines
+    "evaluation",  # test-set metrics from an engine
+    "train",  # the trainer, the run around it
+    "integrations",  # PODS inside TRL and verl
+    "experiments",  # comparisons, their summaries and plots
+    "check",  # `pods check` and `pods env`
+    "cli",  # the `pods` command and its verbs
+    "__main__",  # python -m pods
+)
+
+
+def folder(module: str) -> str:
+    """pods.train.run -> train; pods.evaluation -> evaluation; pods -> pods."""
+    return module.split(".")[1] if "." in module else module
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    """The imports of ``graph`` (module -> modules it imports) that point up ``LAYERS``."""
+    return sorted(f"{source} -> {target}" for source, targets in graph.items()
+                  for target in targets
+                  if LAYERS.index(folder(target)) > LAYERS.index(folder(source)))
+
+
+def test_folders_import_only_downwards_deferred_imports_included():
+    """Between folders, every import (at the top or inside a function) points down
+    ``LAYERS``: no folder reaches one above it, so the folders form no loop even where
+    the module graph has none."""
+    unplaced = sorted({folder(m) for m in MODULES} - set(LAYERS))
+    assert not unplaced, f"place these folders in LAYERS: {unplaced}"
+    found = upward(GRAPH)
+    assert not found, "imports pointing up the layers:\n" + "\n".join(found)
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {"pods.runs.metrics": {"pods.train.run", "pods.config"},  # up, then down
+             "pods.train.run": {"pods.runs.metrics"}, "pods.cli.export": {"pods.models.tiny"}}
+    assert upward(graph) == ["pods.runs.metrics -> pods.train.run"]
 
 
 def test_the_scan_sees_deferred_and_relative_imports(tmp_path):

@@ -8,8 +8,7 @@ accuracy (tasks that ask for a layout), both, and mean completion length in toke
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -21,11 +20,20 @@ from pods.tasks import Problem
 from pods.tasks.scoring import Scorer, task_map
 
 
-def evaluate(engine: Engine, task, problems: list[Problem], temperature: float,
-             max_new_tokens: int, seed: int = 0, repeats: int = 1,
+@dataclass(frozen=True)
+class Sampling:
+    """How a test set is sampled."""
+
+    temperature: float  # 0 = greedy
+    max_new_tokens: int  # completion tokens at most
+    seed: int = 0  # the sampling key's seed (pods.rollout.sample_keys)
+    repeats: int = 1  # samplings of each problem
+
+
+def evaluate(engine: Engine, task, problems: list[Problem], sampling: Sampling,
              dist: Dist | None = None, scorer: Scorer | None = None) -> dict[str, float]:
-    """Metrics over ``repeats`` samplings of ``problems`` (mean and SEM over repeats), with
-    the rollouts from ``engine`` (pods.rollout: the training run's own engine).
+    """Metrics over ``sampling.repeats`` samplings of ``problems`` (mean and SEM over
+    repeats), with the rollouts from ``engine`` (pods.rollout: the run's own engine).
 
     Sampling is keyed by (seed, problem index) (see pods.rollout), so the result does not
     depend on batching, never touches the training run's random stream, and is the same
@@ -36,8 +44,9 @@ def evaluate(engine: Engine, task, problems: list[Problem], temperature: float,
     indices = [min(dist.rank * per + i, T - 1) for i in range(per)] if T else []
     local = [problems[i] for i in indices]
     texts, special = render_prompts(engine.tokenizer, task, local)
-    out = engine.generate(texts, repeats, temperature, max_new_tokens,
-                          sample_keys(seed, torch.tensor(indices)), special)
+    repeats = sampling.repeats
+    out = engine.generate(texts, repeats, sampling.temperature, sampling.max_new_tokens,
+                          sample_keys(sampling.seed, torch.tensor(indices)), special)
     # row i*repeats + r: problem i, repeat r
     names, values = scores(task, local, out.texts, out.completion_mask, repeats, scorer)
     values = dist.gather(values)[:T]  # [T, repeats, metrics] in problem order
@@ -86,103 +95,3 @@ def _correct(task, completion: str, problem: Problem, reward: float) -> bool:
     alone, without format bonuses), else a reward of at least 1."""
     verdict = task.correct(completion, problem)
     return reward >= 1.0 if verdict is None else bool(verdict)
-
-
-def evaluate_path(path: str, tasks: list[str] | None = None, repeats: int = 5,
-                  temperature: float = 0.9, eval_size: int | None = None,
-                  max_new_tokens: int | None = None, data_dir: str | None = None,
-                  device: str = "auto", engine: str | None = None,
-                  fields: dict | None = None, log=None) -> dict[str, dict]:
-    """`pods eval`: a run folder's newest readable checkpoint, a checkpoint folder, or a
-    model (any --model source: hub id, folder, .gguf file, ...) on one or more tasks' test
-    sets. ``fields``: flat config keys to set, such as a custom task's data_file and
-    reward_fn or a model's gguf_file. ``log`` (default: stderr) says which checkpoint could
-    not be read, if any. Returns {task: metrics}."""
-    from pods.config import from_dict
-    from pods.models.precision import compute_dtype
-    from pods.rollout import make_engine, resolve_engine
-    from pods.rollout.prompts import drop_long_prompts
-    from pods.runtime.device import resolve_device
-    from pods.tasks import get_task
-    from pods.train.checkpoint import checkpoints_and_config, latest_checkpoint
-    from pods.train.checks import check
-
-    log = log or (lambda line: print(line, file=sys.stderr))
-    if repeats < 1 or temperature < 0:
-        raise ValueError("--repeats must be >= 1 and --eval-temperature >= 0 (0 = greedy).")
-    checkpoints = None  # a run's, newest first: the first readable one is evaluated
-    if latest_checkpoint(path) is not None:
-        checkpoints, cfg = checkpoints_and_config(path)
-        source = checkpoints[0] / "model"
-    else:  # a plain model: evaluate it as it is (e.g. the base model before RL)
-        if not tasks:
-            raise ValueError(f"{path} is not a run or checkpoint folder; to evaluate it as a "
-                             f"model, name the test sets with --task (e.g. --task gsm8k).")
-        cfg = from_dict({"model": path, "task": tasks[0], **(fields or {})})
-        source = None
-    overrides = {k: v for k, v in dict(data_dir=data_dir, max_new_tokens=max_new_tokens,
-                                       engine=engine).items() if v is not None}
-    cfg = check(cfg.replace(**overrides, **(fields or {})))  # task and engine names, say
-    on = resolve_device(device)
-    max_tokens = cfg.rollout.max_new_tokens
-    resolve_engine(cfg.rollout, on)  # an unusable engine fails before loading
-    results: dict[str, dict] = {}
-    rollout = None
-    for name in tasks or [cfg.task.name]:
-        task = get_task(name, cfg.task, cfg.run.seed)
-        if rollout is None:
-            source, model, tokenizer = _load(path, source, checkpoints, cfg, task, on, log)
-            rollout = make_engine(cfg.rollout, model, tokenizer, on, seed=cfg.run.seed,
-                                  max_model_len=cfg.task.max_prompt_tokens + max_tokens,
-                                  dtype=compute_dtype(cfg.model.mixed_precision))
-        problems, dropped = drop_long_prompts(rollout.tokenizer, task, task.test(),
-                                              cfg.task.max_prompt_tokens)
-        result = evaluate(rollout, task, problems[:eval_size], temperature, max_tokens,
-                          seed=cfg.run.seed, repeats=repeats)
-        results[name] = {**result, "eval/dropped_long_prompts": dropped}
-    return {"model": str(source), **results}
-
-
-def _load(path: str, source: Path | None, checkpoints: list[Path] | None, cfg, task, device,
-          log):
-    """(what was loaded, model, tokenizer): the model source ``path`` as --model reads it
-    (``source`` None), a checkpoint folder ``source``, or the newest readable of a run's
-    ``checkpoints`` (an unreadable one is passed over, and said, as resume does)."""
-    from pods.models.policy import load_policy, load_saved_policy
-    from pods.train.checkpoint import first_readable
-
-    if source is None:
-        return (path, *load_policy(path, device, cfg.model))
-
-    def load(model_dir: Path):
-        return load_saved_policy(model_dir, cfg.model.name, device, cfg.model)
-
-    if not checkpoints:
-        return (source, *load(source))
-    checkpoint, (model, tokenizer) = first_readable(checkpoints, lambda c: load(c / "model"),
-                                                    log)
-    return checkpoint / "model", model, tokenizer
-
-
-def results_table(results: dict) -> str:
-    """`pods eval`'s closing table: one row per test set; accuracy as the mean over repeats
-    with its SEM when there are several."""
-    def percent(r: dict, key: str) -> str:
-        if key not in r:
-            return "-"
-        sem = f" ± {100 * r[key + '_sem']:.1f}" if key + "_sem" in r else ""
-        return f"{100 * r[key]:.1f}%{sem}"
-
-    lines = [f"model: {results['model']}",
-             "| test set | problems | repeats | accuracy | format accuracy | reward | "
-             "completion tokens | prompts dropped (too long) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, r in results.items():
-        if name != "model":
-            lines.append(f"| {name} | {r['eval/problems']} | {r['eval/repeats']} | "
-                         f"{percent(r, 'eval/accuracy')} | "
-                         f"{percent(r, 'eval/format_accuracy')} | "
-                         f"{r['eval/reward_mean']:.3f} | {r['eval/completion_len']:.1f} | "
-                         f"{r['eval/dropped_long_prompts']} |")
-    return "\n".join(lines)
-

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-from pods.train.metrics import MetricsWriter
+from pods.runs.metrics import MetricsWriter
 
 
 def write_run(run_dir: Path, evals, steps=(), done=True) -> Path:

@@ -13,7 +13,7 @@ from pods.experiments.compare import (
     load_spec,
     run_compare,
 )
-from pods.train.metrics import read_metrics
+from pods.runs.metrics import read_metrics
 from runs import flat
 
 

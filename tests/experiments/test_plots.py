@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pods.experiments.plots import plot_compare, plot_run
-from pods.train.metrics import MetricsWriter
+from pods.runs.metrics import MetricsWriter
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

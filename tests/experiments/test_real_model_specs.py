@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pods.config import load_yaml
 from pods.experiments.compare import CompareSpec, load_spec, run_compare
-from pods.train.metrics import read_metrics
+from pods.runs.metrics import read_metrics
 from pods.train.run import train_or_resume
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

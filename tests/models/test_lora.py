@@ -6,10 +6,10 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from pods.cli.export import export_checkpoint
 from pods.config import from_dict
-from pods.models.export import export_checkpoint
 from pods.models.policy import load_saved_policy
-from pods.train.metrics import read_metrics
+from pods.runs.metrics import read_metrics
 from pods.train.run import resume, train
 from pods.train.trainer import Trainer
 from runs import config

@@ -18,7 +18,7 @@ from launch import saved_tensors
 from pods.cli import main
 from pods.config import load_yaml
 from pods.models.policy import load_policy
-from pods.train.metrics import read_metrics
+from pods.runs.metrics import read_metrics
 
 BUDGET = ["--task", "arithmetic", "--n", "2", "--m", "2", "--prompts-per-step", "1",
           "--max-new-tokens", "8", "--eval-size", "2", "--eval-every", "1e9",

@@ -7,7 +7,7 @@ import pytest
 
 from launch import saved_tensors
 from pods.cli import main
-from pods.train.metrics import read_metrics
+from pods.runs.metrics import read_metrics
 
 pytestmark = pytest.mark.vllm
 

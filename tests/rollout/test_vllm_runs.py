@@ -7,7 +7,7 @@ import json
 import pytest
 
 from launch import assert_same_run, pods, train_args
-from pods.train.metrics import read_metrics
+from pods.runs.metrics import read_metrics
 
 pytestmark = pytest.mark.vllm
 

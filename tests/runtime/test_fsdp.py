@@ -17,9 +17,9 @@ from safetensors.torch import load_file
 from torch.distributed.checkpoint import FileSystemReader
 
 from launch import ENV, assert_same_run, pods, saved_tensors, train_args
+from pods.cli.evaluate import EvalRequest, evaluate_path
+from pods.cli.export import export_checkpoint
 from pods.config import from_dict
-from pods.evaluation import evaluate_path
-from pods.models.export import export_checkpoint
 from pods.runtime import fsdp
 from pods.train.run import resume
 
@@ -81,8 +81,8 @@ def test_fsdp2_lora_matches_one_process_and_exports(tiny_model_dir, tmp_path):
     for key in a:
         torch.testing.assert_close(b[key], a[key], rtol=1e-4, atol=1e-4)
     export_checkpoint(tmp_path / "fsdp", tmp_path / "exported")  # a standalone model
-    result = evaluate_path(str(tmp_path / "fsdp"), repeats=1, temperature=0.0, eval_size=4,
-                           device="cpu")
+    result = evaluate_path(EvalRequest(str(tmp_path / "fsdp"), repeats=1, temperature=0.0,
+                                       size=4, device="cpu"))
     assert result["even_start"]["eval/problems"] == 4
 
 

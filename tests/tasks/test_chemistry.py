@@ -214,17 +214,17 @@ def test_hub_failure_says_how_to_provide_files():
 
 
 def test_pods_eval_on_the_fixture_test_set(chat_model_dir):
-    from pods.evaluation import evaluate_path
+    from pods.cli.evaluate import EvalRequest, evaluate_path
 
-    result = evaluate_path(chat_model_dir, ["chemistry"], repeats=2, temperature=0.9,
-                           max_new_tokens=6, data_dir=DATA)["chemistry"]
+    result = evaluate_path(EvalRequest(chat_model_dir, ("chemistry",), repeats=2,
+                                       fields=dict(max_new_tokens=6, data_dir=DATA)))["chemistry"]
     assert result["eval/problems"] == 2
     assert {"eval/accuracy", "eval/format_accuracy", "eval/both_accuracy"} <= set(result)
 
 
 def test_training_on_chemistry_fixtures_with_a_chat_model(chat_model_dir, tmp_path):
     from pods.config import from_dict
-    from pods.train.metrics import read_metrics
+    from pods.runs.metrics import read_metrics
     from pods.train.run import train
 
     cfg = from_dict(dict(model=chat_model_dir, task="chemistry", data_dir=DATA,

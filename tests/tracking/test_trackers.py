@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pods.train.metrics import read_metrics
+from pods.runs.metrics import read_metrics
 
 TRACKED = ["--report-to", "tensorboard,wandb,trackio,mlflow", "--tracker-project", "proj",
            "--tracker-group", "grp", "--max-time", "none", "--prompts-per-step", "2",

@@ -5,7 +5,7 @@ from transformers import AutoModelForCausalLM
 
 from pods.models.logprobs import completion_logprobs
 from pods.models.policy import resolve_dtype
-from pods.train.metrics import read_metrics
+from pods.runs.metrics import read_metrics
 from pods.train.run import resume, train
 from runs import config
 

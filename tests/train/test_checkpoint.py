@@ -4,16 +4,15 @@ streams that resume where they were."""
 import numpy as np
 import torch
 
-from pods.train.checkpoint import (
+from pods.runs.checkpoints import (
     KEEP,
     complete_checkpoints,
-    finish_checkpoint,
     latest_checkpoint,
-    restore_rng_states,
-    rng_states,
+    publish_checkpoint,
     staging_dir,
     start_checkpoint,
 )
+from pods.train.checkpoint import restore_rng_states, rng_states, write_model, write_state
 
 
 class Saved:
@@ -25,8 +24,10 @@ class Saved:
 
 
 def write(run, step):
-    start_checkpoint(run, step)
-    return finish_checkpoint(run, step, Saved(), Saved(), {"step": step})
+    folder = start_checkpoint(run, step)
+    write_model(folder, Saved(), Saved())
+    write_state(folder, {"step": step})
+    return publish_checkpoint(run, step)
 
 
 def test_checkpoints_are_published_whole_and_the_two_newest_kept(tmp_path):

@@ -7,11 +7,11 @@ import signal
 import pytest
 import torch
 
+from pods.runs.metrics import read_metrics
 from pods.train import run as run_module
 from pods.train import trainer as trainer_module
-from pods.train.checkpoint import latest_checkpoint
+from pods.runs.checkpoints import latest_checkpoint
 from pods.train.interrupts import Interrupts
-from pods.train.metrics import read_metrics
 from pods.train.run import resume, train
 from runs import config, weights
 
@@ -86,8 +86,8 @@ def interrupted(tiny_model_dir, tmp_path, said=None):
 @pytest.mark.parametrize("owner, name, when", [
     (trainer_module, "render_prompts", lambda call: call == 2),  # generating step 2
     (trainer_module.Scorer, "rewards", lambda call: call == 2),  # scoring step 2
-    (run_module, "evaluate", lambda call: call == 1),  # the first evaluation
-    (run_module, "evaluate", lambda call: call == 2),  # the final evaluation
+    (trainer_module, "evaluate", lambda call: call == 1),  # the first evaluation
+    (trainer_module, "evaluate", lambda call: call == 2),  # the final evaluation
 ], ids=["generation", "scoring", "first-evaluation", "final-evaluation"])
 def test_ctrl_c_where_work_can_be_redone_stops_at_once(owner, name, when, whole,
                                                       tiny_model_dir, tmp_path):
@@ -117,7 +117,7 @@ def test_ctrl_c_in_a_checkpoint_write_finishes_it(whole, tiny_model_dir, tmp_pat
     """The final checkpoint: written whole, then the run stops before its "done" record;
     the resume adds only that record (no second final evaluation)."""
     with pytest.MonkeyPatch.context() as patch:  # undone before the resume
-        ctrl_c_on(patch, run_module, "finish_checkpoint", lambda call: call == 1)
+        ctrl_c_on(patch, trainer_module, "write_model", lambda call: call == 1)
         said = []
         part = interrupted(tiny_model_dir, tmp_path, said)
         assert any("finishing the checkpoint of step 3 first" in line for line in said)

@@ -8,7 +8,7 @@ sign, selection, advantage, loss or lr hook leaves the accuracy at chance or dri
 
 import pytest
 
-from pods.train.metrics import read_metrics
+from pods.runs.metrics import read_metrics
 from pods.train.run import train
 from runs import config
 

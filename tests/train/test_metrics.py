@@ -2,7 +2,7 @@
 
 import json
 
-from pods.train.metrics import run_summary
+from pods.runs.metrics import run_summary
 
 
 def test_run_summary_worked_numbers(tmp_path):

@@ -11,7 +11,7 @@ from pods.models.merge import merged_state_dict
 from pods.models.policy import add_lora
 from pods.models.precision import SamplingCopy, autocast
 from pods.rollout import HFEngine, sample_keys
-from pods.train.metrics import read_metrics
+from pods.runs.metrics import read_metrics
 from pods.train.run import resume, train
 from runs import config
 

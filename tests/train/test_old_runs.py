@@ -14,7 +14,7 @@ import yaml
 from safetensors.torch import load_file
 
 from pods.config import LEAVES, from_dict, load_yaml
-from pods.train.metrics import read_metrics
+from pods.runs.metrics import read_metrics
 from pods.train.run import resume
 
 OLD = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "v0_flat_config"

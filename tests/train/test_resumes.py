@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pods.train.metrics import read_metrics
+from pods.runs.metrics import read_metrics
 from pods.train.run import resume, train
 from runs import config
 

@@ -50,7 +50,7 @@ def test_budget_progress(steps, seconds, max_steps, max_time, expected):
 
 
 def test_a_resumed_run_follows_the_uninterrupted_schedule(tiny_model_dir, tmp_path):
-    from pods.train.metrics import read_metrics
+    from pods.runs.metrics import read_metrics
     from pods.train.run import resume, train
     from runs import config, train_interrupted, weights
 

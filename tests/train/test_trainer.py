@@ -1,12 +1,13 @@
 import pytest
 import torch
 
+from pods.cli import draw_curve
+from pods.runs.metrics import read_metrics
 from pods.tasks import Task
 from pods.tasks.scoring import Scores
 from pods.train import run as run_module
 from pods.train import selection as selection_module
 from pods.train import trainer as trainer_module
-from pods.train.metrics import read_metrics
 from pods.train.run import resume, train, train_or_resume
 from pods.train.trainer import Trainer
 from runs import config, train_interrupted, weights
@@ -14,7 +15,8 @@ from runs import config, train_interrupted, weights
 
 def test_two_step_run_changes_the_model_and_writes_everything(tiny_model_dir, tmp_path):
     said = []
-    run = train(config(tiny_model_dir, tmp_path), log=lambda *a, **k: said.append(str(a[0])))
+    run = train(config(tiny_model_dir, tmp_path), log=lambda *a, **k: said.append(str(a[0])),
+                curve=draw_curve)  # what `pods train` passes
     records = read_metrics(run / "metrics.jsonl")
     steps = [r for r in records if r["kind"] == "step"]
     evals = [r for r in records if r["kind"] == "eval"]
@@ -139,9 +141,9 @@ def test_a_rule_with_a_new_input_gets_it_computed_from_each_rollout(tiny_model_d
     monkeypatch.setitem(ROLLOUT_INPUTS, "first_token", first_token)
     monkeypatch.setitem(RULES, "by_first_token", by_first_token)
     generated = []
-    real = trainer_module.Trainer.step
+    real = trainer_module.Trainer.sample
 
-    def step(self):
+    def sample(self):
         generate = self.engine.generate
 
         def spy(*args, **kwargs):
@@ -152,7 +154,7 @@ def test_a_rule_with_a_new_input_gets_it_computed_from_each_rollout(tiny_model_d
         self.engine.generate = spy
         return real(self)
 
-    monkeypatch.setattr(trainer_module.Trainer, "step", step)
+    monkeypatch.setattr(trainer_module.Trainer, "sample", sample)
     train(config(tiny_model_dir, tmp_path, prompts_per_step=2, n=4, m=2, max_steps=1,
                  rule="by_first_token", temperature=2.0))
     assert len(seen) == 1 and seen[0].shape == (2, 4)
@@ -358,21 +360,21 @@ def test_a_failed_checkpoint_write_keeps_the_previous_one(tiny_model_dir, tmp_pa
     import resource
     import signal
 
-    from pods.train.checkpoint import CheckpointWriteError, latest_checkpoint
+    from pods.runs.checkpoints import CheckpointWriteError, latest_checkpoint
 
     run = train(config(tiny_model_dir, tmp_path, max_steps=2))
-    real_finish = run_module.finish_checkpoint
+    real_write = trainer_module.write_model
 
     def on_a_full_disk(*args, **kwargs):
         limits = resource.getrlimit(resource.RLIMIT_FSIZE)
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, limits[1]))
         try:
-            return real_finish(*args, **kwargs)
+            return real_write(*args, **kwargs)
         finally:
             resource.setrlimit(resource.RLIMIT_FSIZE, limits)
 
     old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, not a kill
-    monkeypatch.setattr(run_module, "finish_checkpoint", on_a_full_disk)
+    monkeypatch.setattr(trainer_module, "write_model", on_a_full_disk)
     try:
         with pytest.raises(CheckpointWriteError, match=r"could not write the checkpoint of "
                            r"step 3 .*(File too large|SafetensorError|RuntimeError).*"
@@ -380,7 +382,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_one(tiny_model_dir, tmp_pa
             resume(run, {"max_steps": 3})
     finally:
         signal.signal(signal.SIGXFSZ, old_handler)
-    monkeypatch.setattr(run_module, "finish_checkpoint", real_finish)
+    monkeypatch.setattr(trainer_module, "write_model", real_write)
     assert latest_checkpoint(run).name == "step_000002"
     assert not list((run / "checkpoints").glob(".tmp_*"))  # the partial copy is gone
     resume(run, {"max_steps": 3})  # and the run goes on from it

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pods.train.metrics import PHASES, read_metrics
+from pods.runs.metrics import PHASES, read_metrics
 
 MEMORY = ("mem/peak_rss_mb", "mem/peak_gpu_mb")
 

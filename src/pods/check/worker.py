@@ -18,10 +18,10 @@ from pathlib import Path
 
 
 def main(config_json: str, result_path: str) -> int:
-    from pods.cli import _close_process_group
     from pods.config import from_dict
     from pods.models.policy import resolve_dtype
     from pods.runtime.device import resolve_device
+    from pods.runtime.distributed import close_process_group
     from pods.train.run import train
 
     values = json.loads(config_json)
@@ -38,7 +38,7 @@ def main(config_json: str, result_path: str) -> int:
         Path(result_path + (f".rank{rank}" if rank else "")).write_text(json.dumps(result))
         return 1
     finally:
-        _close_process_group()  # under torchrun (see pods.cli)
+        close_process_group()  # under torchrun (see pods.cli)
     if rank == 0:
         Path(result_path).write_text(json.dumps(result))
     return 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Any
 
 from pods.config.flat import get, leaves, type_problem
 from pods.config.groups import (
@@ -23,11 +23,12 @@ from pods.config.groups import (
     SCOPES,
 )
 
-if TYPE_CHECKING:  # never imported when running: pods.config.train imports this module
-    from pods.config.train import TrainConfig
+# A pods.config.train.TrainConfig, which is built on these checks: this module reads its
+# groups (c.rollout, c.selection, ...) and never imports it.
+Config = Any
 
 
-def problems(c: TrainConfig) -> Iterator[str]:
+def problems(c: Config) -> Iterator[str]:
     """Yield a message for each invalid field (the first one is raised)."""
     typed = [p for p in (type_problem(leaf, get(c, key))
                          for key, leaf in leaves(type(c)).items()) if p]
@@ -41,7 +42,7 @@ def problems(c: TrainConfig) -> Iterator[str]:
     yield from _task_files(c)
 
 
-def _counts(c: TrainConfig) -> Iterator[str]:
+def _counts(c: Config) -> Iterator[str]:
     r, s = c.rollout, c.selection
     for key in ("prompts_per_step", "n", "m", "max_new_tokens", "gen_batch_size",
                 "num_iterations", "max_prompt_tokens", "eval_repeats"):
@@ -69,7 +70,7 @@ def one_of(key: str, value: str, known) -> Iterator[str]:
         yield f"unknown {key} {value!r}; use one of {', '.join(names)}."
 
 
-def _choices(c: TrainConfig) -> Iterator[str]:
+def _choices(c: Config) -> Iterator[str]:
     from pods.core.advantages import SCALES
     from pods.core.loss import NORMS
 
@@ -100,7 +101,7 @@ def _choices(c: TrainConfig) -> Iterator[str]:
         yield f"unknown code_reward {c.task.code.reward!r}; use {' or '.join(CODE_REWARDS)}."
 
 
-def _budget(c: TrainConfig) -> Iterator[str]:
+def _budget(c: Config) -> Iterator[str]:
     if c.run.max_steps is None and c.run.max_time is None:
         yield "no budget: set max_steps and/or max_time."
     for key in ("max_steps", "max_time", "eval_size", "micro_batch_size"):
@@ -113,7 +114,7 @@ def _budget(c: TrainConfig) -> Iterator[str]:
             yield f"{key}={get(c, key)} must be positive."
 
 
-def _ranges(c: TrainConfig) -> Iterator[str]:
+def _ranges(c: Config) -> Iterator[str]:
     o, w = c.optim, c.task.math
     if min(c.loss.beta, o.weight_decay, o.max_grad_norm, c.eval.temperature, w.format,
            w.tags, w.correctness) < 0:
@@ -142,7 +143,7 @@ def _ranges(c: TrainConfig) -> Iterator[str]:
             yield f"{key}={get(c, key)} must be at least 1 (or None)."
 
 
-def _task_files(c: TrainConfig) -> Iterator[str]:
+def _task_files(c: Config) -> Iterator[str]:
     t = c.task
     if t.name == "custom" and not t.data_file:
         yield "task custom needs --data-file FILE (records with 'prompt' and 'answer')."

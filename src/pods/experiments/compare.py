@@ -23,8 +23,8 @@ import yaml
 
 from pods.config import LEAVES, TrainConfig, as_number, from_dict, load_yaml, read_yaml
 from pods.experiments.summary import baseline_names, summarize
+from pods.runs.metrics import read_metrics
 from pods.train.checks import check
-from pods.train.metrics import read_metrics
 
 __all__ = ["CompareSpec", "in_fresh_process", "is_finished", "load_spec", "run_compare"]
 
@@ -209,11 +209,11 @@ def run_compare(spec: CompareSpec, out_dir: str | Path,
 
 
 def in_fresh_process(train_fn: Callable[[TrainConfig], Any]) -> Callable[[TrainConfig], Any]:
-    """``train_fn`` (a module-level function) run in a new Python process at each call,
-    which returns its result or raises its exception. What a run holds (weights,
-    optimizer, vLLM's KV cache, threads) is released when it ends: in one process it was
-    not, and a comparison of SmolLM2 runs on 24 GB ran out of memory in its second run (the
-    first left 7 GB behind). Each process imports pods again, about 5 s."""
+    """``train_fn`` (a module-level function, or a partial of one) run in a new process at
+    each call, which returns its result or raises its exception. What a run holds
+    (weights, optimizer, vLLM's KV cache, threads) is released when it ends: in one
+    process it was not, and a comparison of SmolLM2 runs on 24 GB ran out of memory in
+    its second run (the first left 7 GB behind). Each process imports pods again, about 5 s."""
     def run(config: TrainConfig) -> Any:
         spawn = multiprocessing.get_context("spawn")  # nothing inherited from this process
         with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:

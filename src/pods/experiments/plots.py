@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from pods.train.metrics import read_metrics
+from pods.runs.metrics import read_metrics
 
 # a variant's curve: {"times": [G], "mean": [G], "sem": [G] (accuracies in [0, 1]), "seeds": k}
 CurveData = Mapping[str, Any]

@@ -24,7 +24,7 @@ import yaml
 
 from pods.experiments.intervals import Seeds, on_common_grid, step_functions, to_peak, versus
 from pods.experiments.plots import plot_compare
-from pods.train.metrics import read_metrics
+from pods.runs.metrics import read_metrics
 
 
 @dataclass(frozen=True, eq=False)

@@ -76,11 +76,10 @@ def resolve(name: str, gguf_file: str | None, log=print) -> str:
     """What ``from_pretrained`` loads for ``--model name``: a folder (the embedded model's,
     a fetched model's or a GGUF file's dequantized one, built on first use) or a hub id."""
     check_source(name, gguf_file)
-    if name == "tiny":  # built for, and warmed up on, the arithmetic task (its characters)
-        from pods.models.tiny import tiny_model_path
-        from pods.tasks.arithmetic import Arithmetic
+    if name == "tiny":
+        from pods.models.tiny import embedded_model_path
 
-        return str(tiny_model_path(Arithmetic(), log=log))
+        return str(embedded_model_path(log=log))
     if name in FETCHABLE:
         return str(fetch(name, log=log))
     if name.endswith(".gguf") or gguf_file:

@@ -95,3 +95,11 @@ def tiny_model_path(task, recipe: TinyRecipe | None = None, log=print) -> Path:
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)  # another process finished first
     return path
+
+
+def embedded_model_path(log=print) -> Path:
+    """``--model tiny``: the embedded model, built for (and warmed up on) the embedded
+    arithmetic task, whose characters are its vocabulary."""
+    from pods.tasks.arithmetic import Arithmetic
+
+    return tiny_model_path(Arithmetic(), log=log)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from contextlib import nullcontext
 from datetime import timedelta
 
@@ -190,3 +191,17 @@ class Dist:
                               f"most likely because another rank failed")
 
         signal.signal(signal.SIGTERM, stop)
+
+
+def close_process_group() -> None:
+    """Under torchrun, leave the process group before the interpreter exits: otherwise its
+    threads are torn down at exit and a rank may abort ("terminate called without an
+    active exception", SIGABRT) after its work is done. A one-process group is vLLM's own
+    (the vllm engine in process): vLLM closes it at exit, and closing it first here makes
+    that fail with a traceback ("Invalid process group specified")."""
+    if "torch.distributed" not in sys.modules:
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.destroy_process_group()

@@ -1,112 +1,38 @@
-"""Checkpoints: model, optimizer, RNG states and training clock, written atomically.
-
-Layout of a run folder:
-    config.yaml                  the resolved TrainConfig (the values in force now)
-    resumes.jsonl                one line per resume: what it changed (pods.train.resumes)
-    metrics.jsonl                see pods.train.metrics
-    checkpoints/step_000120/     model/ (save_pretrained: weights, config, tokenizer),
-                                 config.yaml (the config it was written with) and
-                                 state.pt (optimizer, RNG states, clock, counters); under
-                                 FSDP2 also shards/ (every rank's weight and optimizer
-                                 shards, pods.runtime.fsdp), and state.pt holds no optimizer
-    checkpoints/latest           name of the newest complete checkpoint
-
-A checkpoint is written under a temporary name and renamed when complete, and ``latest`` is
-replaced atomically, so a hard kill at any moment leaves the previous checkpoint loadable.
-The two newest checkpoints are kept.
+"""What a checkpoint holds of the trainer, and how it is written and read back: the model
+(``model/``: save_pretrained, weights and tokenizer), ``state.pt`` (optimizer, step count,
+clock, random streams, and what the run adds of its schedule) and, under FSDP2, every rank's
+shards (``shards/``, pods.runtime.fsdp). ``Trainer.save`` / ``Trainer.load`` call these;
+where a checkpoint folder sits in a run folder, and how it is published and found, is the
+run folder's format (pods.runs.checkpoints).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-KEEP = 2
+STATE = "state.pt"
 
 
-def staging_dir(run_dir: Path, step: int) -> Path:
-    """Where checkpoint ``step`` is written before it is renamed into place."""
-    return run_dir / "checkpoints" / f".tmp_step_{step:06d}"
+def write_model(folder: Path, model, tokenizer, weights: dict | None = None) -> None:
+    """``model`` and ``tokenizer`` into ``folder/model`` (``weights``: the full state dict
+    where the module holds only a shard)."""
+    model.save_pretrained(folder / "model", state_dict=weights)
+    tokenizer.save_pretrained(folder / "model")
 
 
-def start_checkpoint(run_dir: Path, step: int) -> Path:
-    """An empty staging folder for checkpoint ``step`` (other ranks may add to it)."""
-    tmp = staging_dir(run_dir, step)
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    return tmp
+def write_state(folder: Path, state: dict[str, Any]) -> None:
+    torch.save(state, folder / STATE)
 
 
-def finish_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict[str, Any],
-                      weights: dict | None = None) -> Path:
-    """Write the model (``weights``: a full state dict where the module holds only a shard)
-    and ``state`` into the staging folder, then publish it atomically."""
-    root, tmp = run_dir / "checkpoints", staging_dir(run_dir, step)
-    final = root / f"step_{step:06d}"
-    model.save_pretrained(tmp / "model", state_dict=weights)
-    tokenizer.save_pretrained(tmp / "model")
-    torch.save(state, tmp / "state.pt")
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    pointer = root / ".latest.tmp"
-    pointer.write_text(final.name)
-    os.replace(pointer, root / "latest")
-    for old in [*sorted(root.glob("step_*"))[:-KEEP], *root.glob(".tmp_step_*")]:
-        shutil.rmtree(old, ignore_errors=True)  # old ones; staging left by a kill
-    return final
-
-
-def save_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict[str, Any]) -> Path:
-    """One process's checkpoint: staging, then publishing."""
-    start_checkpoint(run_dir, step)
-    return finish_checkpoint(run_dir, step, model, tokenizer, state)
-
-
-def latest_checkpoint(path: str | Path) -> Path | None:
-    """The newest complete checkpoint of a run folder (or ``path`` itself if it is one)."""
-    path = Path(path)
-    if (path / "state.pt").is_file():
-        return path
-    pointer = path / "checkpoints" / "latest"
-    if not pointer.is_file():
-        return None
-    found = path / "checkpoints" / pointer.read_text().strip()
-    return found if (found / "state.pt").is_file() else None
-
-
-def complete_checkpoints(run_dir: str | Path) -> list[Path]:
-    """The run's complete checkpoints, newest first: the one ``latest`` names, then the
-    other written ones (for falling back when the newest cannot be read)."""
-    newest = latest_checkpoint(run_dir)
-    others = sorted((p for p in (Path(run_dir) / "checkpoints").glob("step_*")
-                     if (p / "state.pt").is_file() and p != newest), reverse=True)
-    return ([newest] if newest is not None else []) + others
-
-
-def _write_errors() -> tuple[type[BaseException], ...]:
-    """What the writers raise when a write fails (a full disk, a file-size limit): OSError
-    from Python's own files, RuntimeError from torch.save's zip writer, SafetensorError from
-    safetensors (save_pretrained's weights)."""
-    try:
-        from safetensors import SafetensorError
-    except ImportError:  # the core install has no model writer
-        return OSError, RuntimeError
-    return OSError, RuntimeError, SafetensorError
-
-
-WRITE_ERRORS = _write_errors()
-
-
-class CheckpointWriteError(RuntimeError):
-    """A checkpoint could not be written (a full disk, say); the previous one is intact."""
+def read_state(folder: Path) -> dict[str, Any]:
+    return torch.load(folder / STATE, weights_only=False)
 
 
 def rng_states(prompt_rng, select_gen: torch.Generator) -> dict[str, Any]:
+    """The trainer's random streams: torch's, the prompt sampler's, the selection's."""
     states = {"torch": torch.get_rng_state(), "prompts": prompt_rng.bit_generator.state,
               "select": select_gen.get_state()}
     if torch.cuda.is_available():
@@ -120,46 +46,3 @@ def restore_rng_states(states: dict[str, Any], prompt_rng, select_gen: torch.Gen
     select_gen.set_state(states["select"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
-
-
-def first_readable(checkpoints: list[Path], load: Callable[[Path], Any],
-                   log=print) -> tuple[Path, Any]:
-    """(checkpoint, ``load(checkpoint)``) for the first of ``checkpoints`` (newest first)
-    that can be read: an unreadable one (a truncated file, a missing piece) is passed over,
-    saying which and why. Resume, `pods eval` and `pods export` all fall back this way."""
-    problems = []
-    for i, checkpoint in enumerate(checkpoints):
-        if i > 0:
-            log(f"falling back to {checkpoint.name}")
-        try:
-            return checkpoint, load(checkpoint)
-        except Exception as error:  # torch.load and safetensors raise many kinds
-            problem = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}" \
-                if str(error) else type(error).__name__
-            problems.append(problem)
-            log(f"checkpoint {checkpoint} cannot be read ({problem})")
-    if len(checkpoints) == 1:
-        raise ValueError(f"checkpoint {checkpoints[0]} cannot be read ({problems[0]}).")
-    raise ValueError(f"none of the checkpoints of {checkpoints[0].parent.parent} can be read "
-                     f"({', '.join(c.name for c in checkpoints)}); see above why.")
-
-
-def checkpoints_and_config(path: str | Path):
-    """(checkpoints to try, newest first; TrainConfig of its run) for a run folder (its
-    complete checkpoints) or a checkpoint folder (that one). The config is the one the
-    checkpoint was written with where it holds one, else the run folder's config.yaml."""
-    from pods.config import from_dict, load_run_config
-
-    path = Path(path)
-    checkpoint = latest_checkpoint(path)
-    if checkpoint is None:
-        raise ValueError(f"{path} holds no complete checkpoint (expected a run folder with "
-                         f"checkpoints/latest, or a checkpoints/step_N folder).")
-    checkpoints = [path] if checkpoint == path else complete_checkpoints(path)
-    run_dir = checkpoint.parent.parent
-    own = checkpoint / "config.yaml"
-    config_file = own if own.is_file() else run_dir / "config.yaml"
-    if not config_file.is_file():
-        raise ValueError(f"{run_dir} has no config.yaml to tell the model and task of "
-                         f"{checkpoint}.")
-    return checkpoints, from_dict(load_run_config(config_file))

@@ -31,9 +31,8 @@ FORCE_AFTER = 3  # Ctrl-C presses inside a held section that stop it at once
 class Interrupts:
     """SIGINT for one run: raised at once, or held while a section that must finish runs.
 
-    ``hold(what)`` / ``release()`` bracket a section that spans two callers (the update
-    starts in the trainer's step and ends when the run has recorded it); ``held(what)`` is
-    the same as a context manager. ``release()`` raises the KeyboardInterrupt that was held.
+    ``held(what)`` brackets a section that must finish (the run's update and its record,
+    a checkpoint write); a Ctrl-C held in it is raised when the section ends.
     """
 
     def __init__(self, log=print):
@@ -70,27 +69,23 @@ class Interrupts:
                  f"(Ctrl-C {more} more time{'s' if more > 1 else ''} to stop at once and "
                  f"lose the step under way)")
 
-    def hold(self, what: str) -> None:
-        """From here Ctrl-C is held until ``release()``."""
-        self.holding = what
-
-    def release(self, raise_held: bool = True) -> None:
+    def _release(self, raise_held: bool = True) -> None:
         """End the held section; a Ctrl-C held in it is raised now (``raise_held``)."""
         pressed, self.holding, self.pressed = self.pressed, None, 0
         if pressed and raise_held:
             raise KeyboardInterrupt
 
     @contextmanager
-    def held(self, what: str):
-        """Hold Ctrl-C for the block and raise it after; a section inside a held one
-        leaves the outer section in charge."""
+    def held(self, what: str, raise_after: bool = True):
+        """Hold Ctrl-C for the block and raise it after (``raise_after``; False: the run is
+        stopping already); a section inside a held one leaves the outer one in charge."""
         if self.holding is not None:
             yield
             return
-        self.hold(what)
+        self.holding = what
         try:
             yield
         except BaseException:
-            self.release(raise_held=False)  # the error under way is the one to report
+            self._release(raise_held=False)  # the error under way is the one to report
             raise
-        self.release()
+        self._release(raise_held=raise_after)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from pathlib import Path
 
 
 class Clock:
@@ -51,11 +50,3 @@ class Progress:
     def close(self) -> None:
         self.bar.close()
 
-
-def plot_curve(run_dir: Path, log) -> None:
-    try:
-        from pods.experiments.plots import plot_run
-
-        plot_run(run_dir)
-    except Exception as error:  # a plot must never cost the run its checkpoint
-        log(f"could not draw the learning curve: {error}")

@@ -14,39 +14,42 @@ stops at once, except inside the update and a checkpoint write, which are finish
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-import torch
-
 from pods.config import TrainConfig, save_yaml
-from pods.evaluation import evaluate
-from pods.runtime import fsdp
-from pods.runtime.distributed import RankFailure
-from pods.tracking import Trackers
-from pods.train.checkpoint import (
+from pods.runs.checkpoints import (
     WRITE_ERRORS,
     CheckpointWriteError,
     complete_checkpoints,
-    finish_checkpoint,
     first_readable,
     latest_checkpoint,
+    publish_checkpoint,
     staging_dir,
     start_checkpoint,
 )
-from pods.train.metrics import MetricsWriter, run_summary, truncate_metrics
-from pods.train.progress import Progress, plot_curve
+from pods.runs.metrics import MetricsWriter, run_summary, truncate_metrics
+from pods.runtime.distributed import RankFailure
+from pods.tracking import Trackers
+from pods.train.interrupts import Interrupts
+from pods.train.progress import Progress
 from pods.train.resumes import anchored, checkpoint_config, describe, record_resume, resume_config
 from pods.train.trainer import Trainer
+
+Curve = Callable[[Path], object]  # draws a run folder's learning curve (pods train: plot_run)
 
 
 class Run:
     """Steps ``trainer`` until the budget is spent, evaluating every ``eval_every`` and
-    checkpointing every ``checkpoint_every`` training seconds (and both at the end)."""
+    checkpointing every ``checkpoint_every`` training seconds (and both at the end). The
+    run deals in times, paths and signals; what is trained, evaluated, saved and loaded is
+    the trainer's. ``curve``, if given, draws the learning curve when the run ends."""
 
-    def __init__(self, trainer: Trainer, run_dir: Path):
+    def __init__(self, trainer: Trainer, run_dir: Path, curve: Curve | None = None):
         self.t, self.cfg, self.dist, self.run_dir = trainer, trainer.cfg, trainer.dist, run_dir
-        self.log, self.interrupts = trainer.log, trainer.interrupts
+        self.log, self.curve = trainer.log, curve
+        self.interrupts = Interrupts(self.log)  # Ctrl-C: held in the update and the writes
         self.outputs, self.records = [], 0  # metrics.jsonl and trackers; records written
         self.checkpointed_step: int | None = None
         self.evaluated_step: int | None = None
@@ -60,7 +63,7 @@ class Run:
                                 group=tracking.group, config=self.cfg.to_dict(),
                                 start_step=t.step_count)
             self.outputs = [MetricsWriter(self.run_dir / "metrics.jsonl"), trackers]
-        progress = Progress(self.cfg.run, t.clock.seconds, t.step_count, enabled=main)
+        progress = Progress(self.cfg.run, t.seconds, t.step_count, enabled=main)
         last: dict[str, float] = {}
         self.dist.on_sigterm()
         with self.interrupts.installed():  # also over the checkpoint written on stopping
@@ -83,32 +86,41 @@ class Run:
                 for output in self.outputs:
                     output.close()
                 if main:
-                    plot_curve(self.run_dir, self.log)
+                    self.draw_curve()
         if main:  # only a run that finished gets here
             self.log(run_summary(self.run_dir))
+
+    def draw_curve(self) -> None:
+        if self.curve is None:
+            return
+        try:
+            self.curve(self.run_dir)
+        except Exception as error:  # a plot must never cost the run its checkpoint
+            self.log(f"could not draw the learning curve: {error}")
 
     def steps(self, progress: Progress, last: dict[str, float]) -> None:
         """The steps, evaluations and checkpoints until the budget is spent; a Ctrl-C in
         them ends here (as KeyboardInterrupt) and leaves the stopping to ``run``."""
         t = self.t
         while not self.finished():
-            if t.clock.seconds >= self.next_eval:
+            if t.seconds >= self.next_eval:
                 last.update(self.evaluate())
-            record = t.step()  # Ctrl-C is held from its update on...
-            self.report(record)
-            self.interrupts.release()  # ...until it is recorded, then raised
+            sampled = t.sample()  # Ctrl-C here: the step is rewound (stop_with_checkpoint)
+            with self.interrupts.held(f"the update of step {t.step_count + 1}"):
+                record = t.update(sampled)  # the weights move: finish and record the step
+                self.report(record)
             progress.update(record, last.get("eval/accuracy"))
-            if t.clock.seconds >= self.next_checkpoint:
+            if t.seconds >= self.next_checkpoint:
                 self.checkpoint()
         if self.evaluated_step != t.step_count:  # else resumed after the final evaluation
             last.update(self.evaluate())
         self.checkpoint()
-        self.report({"kind": "done", "step": t.step_count, "time": t.clock.seconds})
+        self.report({"kind": "done", "step": t.step_count, "time": t.seconds})
 
     def finished(self) -> bool:
         budget, t = self.cfg.run, self.t
         return (budget.max_steps is not None and t.step_count >= budget.max_steps) or \
-               (budget.max_time is not None and t.clock.seconds >= budget.max_time)
+               (budget.max_time is not None and t.seconds >= budget.max_time)
 
     def report(self, record: dict) -> None:
         """One record to metrics.jsonl and the trackers (rank 0); every rank counts it.
@@ -120,15 +132,12 @@ class Run:
 
     def evaluate(self) -> dict[str, float]:
         """Test metrics; every rank evaluates its share of the test set."""
-        t, e = self.t, self.cfg.eval
-        result = evaluate(t.engine, t.task, t.test_set, e.temperature,
-                          self.cfg.rollout.max_new_tokens, seed=self.cfg.run.seed,
-                          repeats=e.repeats, dist=self.dist, scorer=t.scorer)
+        t = self.t
+        result = t.evaluate()
         with self.interrupts.held("an evaluation record"):  # recorded and scheduled, or not
-            self.report({"kind": "eval", "step": t.step_count, "time": t.clock.seconds,
-                         **result, **t.dropped})
-            while self.next_eval <= t.clock.seconds:
-                self.next_eval += e.every
+            self.report({"kind": "eval", "step": t.step_count, "time": t.seconds, **result})
+            while self.next_eval <= t.seconds:
+                self.next_eval += self.cfg.eval.every
             self.evaluated_step = t.step_count
         return result
 
@@ -138,7 +147,6 @@ class Run:
         step under way is rewound (clock, prompt and selection streams), never saved half
         done; inside the update the weights already moved, so the last checkpoint stays."""
         t = self.t
-        self.interrupts.release(raise_held=False)  # a hold the failure left open
         if not t.rewind():
             checkpoint = latest_checkpoint(self.run_dir)
             kept = f"the last one, {checkpoint.name}, is kept" if checkpoint else \
@@ -150,14 +158,12 @@ class Run:
         written = self.checkpointed_step == t.step_count  # e.g. Ctrl-C in its write
         self.log(f"\nstopped ({why}) after step {t.step_count}: "
                  f"{'its checkpoint is written' if written else 'writing a checkpoint'}")
-        self.interrupts.hold("the checkpoint written on stopping")  # Ctrl-C: stopping already
         try:
-            path = self.checkpoint()
+            with self.interrupts.held("the checkpoint written on stopping", raise_after=False):
+                path = self.checkpoint()  # Ctrl-C: stopping already
         except Exception as error:  # the original error is the one to report
             self.log(f"the checkpoint could not be written ({type(error).__name__}: {error})")
             return
-        finally:
-            self.interrupts.release(raise_held=False)
         self.log(f"checkpoint {path} written; continue with `pods train --resume "
                  f"{self.run_dir}`")
 
@@ -174,34 +180,30 @@ class Run:
     def checkpoint(self) -> Path | None:
         """Rank 0 writes the checkpoint; under FSDP every rank adds its shards. A step that
         has one already keeps it (a resume from it redoes what came after, as after a kill)."""
-        t, dist, step = self.t, self.dist, self.t.step_count
+        step = self.t.step_count
         if self.checkpointed_step == step:
             return latest_checkpoint(self.run_dir)
-        state = {**t.state_dict(), "metrics_records": self.records,
-                 "evaluated_step": self.evaluated_step, "next_eval": self.next_eval}
-        weights = dist.full_state_dict(t.wrapped)  # None unless sharded
+        schedule = {"metrics_records": self.records, "evaluated_step": self.evaluated_step,
+                    "next_eval": self.next_eval}
         with self.interrupts.held(f"the checkpoint of step {step}"):  # written and counted
-            path = self._write_checkpoint(step, state, weights)
+            path = self._write_checkpoint(step, schedule)
             self.checkpointed_step = step
-            while self.next_checkpoint <= t.clock.seconds:
+            while self.next_checkpoint <= self.t.seconds:
                 self.next_checkpoint += self.cfg.run.checkpoint_every
         return path
 
-    def _write_checkpoint(self, step: int, state: dict, weights: dict | None) -> Path | None:
-        """Staged, then renamed into place (pods.train.checkpoint); with the config it
-        was written with, which a resume compares (pods.train.resumes)."""
-        t, dist = self.t, self.dist
+    def _write_checkpoint(self, step: int, schedule: dict) -> Path | None:
+        """Staged, written by the trainer, then renamed into place (pods.runs.checkpoints);
+        with the config it was written with, which a resume compares (pods.train.resumes)."""
+        dist, staging = self.dist, staging_dir(self.run_dir, step)
         try:
             if dist.is_main:
                 save_yaml(self.cfg, start_checkpoint(self.run_dir, step) / "config.yaml")
             dist.barrier()
-            dist.save_shards(staging_dir(self.run_dir, step) / fsdp.SHARDS)
-            path = None
-            if dist.is_main:
-                path = finish_checkpoint(self.run_dir, step, t.model, t.tokenizer, state,
-                                         weights)
+            self.t.save(staging, schedule)
+            path = publish_checkpoint(self.run_dir, step) if dist.is_main else None
         except WRITE_ERRORS as error:  # a full disk, say: drop the partial copy, keep the last
-            shutil.rmtree(staging_dir(self.run_dir, step), ignore_errors=True)
+            shutil.rmtree(staging, ignore_errors=True)
             why = getattr(error, "strerror", None) or f"{type(error).__name__}: {error}"
             raise CheckpointWriteError(
                 f"could not write the checkpoint of step {step} in {self.run_dir} "
@@ -217,16 +219,17 @@ class Run:
 
     def restore(self, checkpoint: Path) -> None:
         """The trainer's state (weights, optimizer, clock, streams), then the schedule's."""
-        state = torch.load(checkpoint / "state.pt", weights_only=False)
-        self.t.load_state_dict(state, checkpoint)
+        state = self.t.load(checkpoint)
         self.records, self.checkpointed_step = state.get("metrics_records"), self.t.step_count
         self.evaluated_step = state.get("evaluated_step")
         self.next_eval = state["next_eval"]
-        self.next_checkpoint = self.t.clock.seconds + self.cfg.run.checkpoint_every
+        self.next_checkpoint = self.t.seconds + self.cfg.run.checkpoint_every
 
 
-def train(config: TrainConfig, log=print) -> Path:
-    """Train a new run into ``out_dir/run_name`` and return the run folder."""
+def train(config: TrainConfig, log=print, curve: Curve | None = None) -> Path:
+    """Train a new run into ``out_dir/run_name`` and return the run folder. ``curve``
+    draws its learning curve at the end (`pods train` passes
+    ``pods.experiments.plots.plot_run``: curve.png)."""
     config = anchored(config)  # config.yaml names the same files from any folder
     out_dir, name = Path(config.run.out_dir), config.run.run_name
     if name:
@@ -243,7 +246,7 @@ def train(config: TrainConfig, log=print) -> Path:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_yaml(config, run_dir / "config.yaml")
     trainer.log(f"run folder: {run_dir}")
-    Run(trainer, run_dir).run()
+    Run(trainer, run_dir, curve).run()
     return run_dir
 
 
@@ -253,7 +256,7 @@ def _check_new(run_dir: Path) -> None:
                          f"`pods train --resume {run_dir}` or pick another --run-name.")
 
 
-def train_or_resume(config: TrainConfig, log=print) -> Path:
+def train_or_resume(config: TrainConfig, log=print, curve: Curve | None = None) -> Path:
     """``train``, or continue the run folder it would write if one was left unfinished
     (used by ``pods compare`` so that an interrupted comparison picks up where it stopped).
     A folder holding no checkpoint yet is set aside, never deleted, and the run restarts."""
@@ -261,14 +264,15 @@ def train_or_resume(config: TrainConfig, log=print) -> Path:
     run_dir = Path(config.run.out_dir) / (name or "")
     if name and (run_dir / "metrics.jsonl").exists():
         if latest_checkpoint(run_dir) is not None:
-            return resume(run_dir, log=log)
+            return resume(run_dir, log=log, curve=curve)
         aside = run_dir.with_name(f"{run_dir.name}.incomplete-{datetime.now():%Y%m%d-%H%M%S}")
         run_dir.rename(aside)
         log(f"{run_dir} had no checkpoint; moved it to {aside} and starting over")
-    return train(config, log=log)
+    return train(config, log=log, curve=curve)
 
 
-def resume(run_dir: str | Path, overrides: dict | None = None, log=print) -> Path:
+def resume(run_dir: str | Path, overrides: dict | None = None, log=print,
+           curve: Curve | None = None) -> Path:
     """Continue a run from its newest readable checkpoint: same clock, optimizer and RNG
     streams; a folder with no checkpoint yet (stopped before its first) starts over, as a new
     run with its config would. ``overrides`` (flat keys) may change only what does not
@@ -282,15 +286,15 @@ def resume(run_dir: str | Path, overrides: dict | None = None, log=print) -> Pat
                          if (c / "config.yaml").is_file()), None)
     config, changed = resume_config(run_dir, written_with, overrides or {})
     config = anchored(config)
-    run = Run(Trainer(config, log=log), run_dir)
+    run = Run(Trainer(config, log=log), run_dir, curve)
     checkpoint = run.restore_newest(checkpoints) if checkpoints else None
     if run.dist.is_main:  # only once the run can go on, as in train()
         save_yaml(config, run_dir / "config.yaml")
-        record_resume(run_dir, checkpoint, run.t.step_count, run.t.clock.seconds, changed)
+        record_resume(run_dir, checkpoint, run.t.step_count, run.t.seconds, changed)
         run.records = truncate_metrics(run_dir / "metrics.jsonl", run.records,
                                        run.t.step_count)
     run.records = run.dist.broadcast_object(run.records)  # records kept
-    where = f"{checkpoint.name} (step {run.t.step_count}, {run.t.clock.seconds:.1f} " \
+    where = f"{checkpoint.name} (step {run.t.step_count}, {run.t.seconds:.1f} " \
             f"training seconds)" if checkpoint else "the start (no checkpoint was written)"
     run.log(f"resuming {run_dir} from {where}" +
             (f"; changed: {describe(changed)}" if changed else ""))

@@ -12,13 +12,16 @@ checkpoints, resume, stopping on a failure) is ``pods.train.run``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from pods.config import TrainConfig
 from pods.core.rollout_inputs import completion_lengths, rule_inputs
+from pods.evaluation import Sampling, evaluate
 from pods.models.policy import load_policy, load_saved_policy
 from pods.models.precision import autocast, compute_dtype
 from pods.models.source import check_source
@@ -27,15 +30,30 @@ from pods.rollout.prompts import drop_long_prompts, render_prompts
 from pods.runtime import fsdp
 from pods.runtime.distributed import Dist, launched_world_size
 from pods.tasks import get_task
-from pods.tasks.scoring import Scorer
+from pods.tasks.scoring import Scorer, Scores
 from pods.tracking import check_installed
-from pods.train.checkpoint import restore_rng_states, rng_states
+from pods.train.checkpoint import (
+    read_state,
+    restore_rng_states,
+    rng_states,
+    write_model,
+    write_state,
+)
 from pods.train.checks import check
-from pods.train.interrupts import Interrupts
 from pods.train.progress import Clock
 from pods.train.schedule import budget_progress, lr_multiplier
-from pods.train.selection import rank_batch, select, selection_stats
+from pods.train.selection import KeptBatch, rank_batch, select, selection_stats
 from pods.train.update import UpdateSpec, peak_memory_mb, policy_update
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """What a step's sampling phase hands to its update (``Trainer.sample``)."""
+
+    kept: KeptBatch  # this rank's kept rollouts and their advantages
+    metrics: dict[str, float]  # rollout/reward_mean and the select/ metrics
+    lengths: Tensor  # [P_r, n] this rank's completion lengths (all n)
+    scores: Scores  # this rank's rewards and their counts (errors, truncated, ...)
 
 
 class Trainer:
@@ -81,7 +99,6 @@ class Trainer:
         self.select_gen = torch.Generator().manual_seed(config.run.seed)
         self.clock, self.step_count = Clock(), 0
         self.before_step, self.updating = None, False  # a step under way (failures)
-        self.interrupts = Interrupts(self.log)  # Ctrl-C: held from the update on (the run)
         self.update_spec = UpdateSpec(config.optim, config.loss, config.rollout.temperature,
                                       config.rollout.max_new_tokens)
 
@@ -114,15 +131,21 @@ class Trainer:
         dropped = {"data/dropped_train": dropped_train, "data/dropped_test": dropped_test}
         return train, test[: self.cfg.eval.size], dropped
 
+    # ---- one step: sample (generate, score, select), then update on what was kept -------
     def step(self) -> dict[str, float]:
-        """One step. Under data parallelism this rank generates for its P/W prompts (mine),
-        and selection and advantages run on the gathered [P, n] rewards, as on one process."""
+        """One step; its metrics record."""
+        return self.update(self.sample())
+
+    def sample(self) -> Sampled:
+        """Draw P prompts, generate n rollouts each, score them and keep m per group. Nothing
+        is trained yet: a failure or Ctrl-C here is undone by ``rewind``. Under data
+        parallelism this rank generates for its P/W prompts (mine), and selection and
+        advantages run on the gathered [P, n] rewards, as on one process."""
         r, s = self.cfg.rollout, self.cfg.selection
         P, n = r.prompts_per_step, r.n
         self.clock.phases = {}
-        step_start = self.clock.seconds
-        # what a failure mid-step rewinds to (see pods.train.run)
-        self.before_step = step_start, rng_states(self.prompt_rng, self.select_gen)
+        # what a failure before the update rewinds to (rewind)
+        self.before_step = self.clock.seconds, rng_states(self.prompt_rng, self.select_gen)
         problems = [self.train_set[i] for i in
                     self.prompt_rng.choice(len(self.train_set), size=P, replace=False)]
         mine = self.dist.shard(P)  # this rank's prompts: P_r = P / W of them
@@ -148,27 +171,79 @@ class Trainer:
             kept = rank_batch(rollouts, keep, advantages, self.dist.rank,
                               self.dist.world)  # this rank's kept rows [K]
             kept.advantages = kept.advantages.to(self.device)
-        self.updating = True  # from here a failure leaves the weights half-updated
-        # so Ctrl-C is held until the run has recorded this step (pods.train.interrupts)
-        self.interrupts.hold(f"the update of step {self.step_count + 1}")
+        metrics = {"rollout/reward_mean": rewards.mean().item(),
+                   **selection_stats(rewards, keep, all_lengths, kept.pad_rows)}
+        return Sampled(kept, metrics, lengths, scores)
+
+    def update(self, sampled: Sampled) -> dict[str, float]:
+        """Train on what ``sample`` kept (one optimizer step, ``num_iterations`` with reuse),
+        hand the new weights to the engine, and return the step's metrics record. A failure
+        from here on leaves the weights half-updated (``rewind`` says so)."""
+        self.updating = True
         losses, lr = {}, self._set_lr()
-        if not keep.any():  # every group without reward variance: nothing to learn from
+        if not sampled.kept.kept:  # every group without reward variance: nothing to learn
             self.log(f"step {self.step_count + 1}: no rollout kept, update skipped")
         else:
             with self.clock.phase("update"), self.engine.asleep(), \
                     autocast(self.device, self.cfg.model.mixed_precision):
-                losses = policy_update(self.wrapped, self.ref_model, self.optimizer, kept,
-                                       self.update_spec, self.dist)
+                losses = policy_update(self.wrapped, self.ref_model, self.optimizer,
+                                       sampled.kept, self.update_spec, self.dist)
         with self.clock.phase("sync"):  # the engine samples the next step from new weights
             self.engine.sync_weights(self.model)
+        step_start = self.before_step[0]
         self.step_count += 1
         self.updating, self.before_step = False, None
-        slowest, counts = self._over_ranks(lengths, scores)
+        slowest, counts = self._over_ranks(sampled.lengths, sampled.scores)
         self.clock.seconds = slowest["time"]  # every rank keeps the slowest rank's clock
         return {"kind": "step", "step": self.step_count, **slowest, **counts,
-                "rollout/reward_mean": rewards.mean().item(), "optim/lr": lr,
-                **selection_stats(rewards, keep, all_lengths, kept.pad_rows),
-                **losses, "time/step": self.clock.seconds - step_start}
+                **sampled.metrics, "optim/lr": lr, **losses,
+                "time/step": self.clock.seconds - step_start}
+
+    def rewind(self) -> bool:
+        """Undo the step under way, if any, so that the trainer's state is that of its last
+        completed step (what a checkpoint may hold): its clock time and its draws of prompts
+        and selections, so that a resume redoes it the same. False when that cannot be: a
+        failure inside the update left the weights half-updated."""
+        if self.updating:
+            return False
+        if self.before_step is not None:
+            self.clock.seconds, states = self.before_step
+            restore_rng_states(states, self.prompt_rng, self.select_gen)
+            self.before_step = None
+        return True
+
+    # ---- evaluation and checkpoints: what the run schedules ----------------------------
+    @property
+    def seconds(self) -> float:
+        """Training seconds so far (generation, scoring, selection and update only)."""
+        return self.clock.seconds
+
+    def evaluate(self) -> dict[str, float]:
+        """Test-set metrics of the current weights; every rank evaluates its share."""
+        e, r = self.cfg.eval, self.cfg.rollout
+        sampling = Sampling(e.temperature, r.max_new_tokens, seed=self.cfg.run.seed,
+                            repeats=e.repeats)
+        return {**evaluate(self.engine, self.task, self.test_set, sampling, dist=self.dist,
+                           scorer=self.scorer), **self.dropped}
+
+    def save(self, folder: Path, extra: dict) -> None:
+        """This trainer's checkpoint into the (staging) ``folder``: weights, optimizer, step
+        count, clock and random streams, with ``extra`` (the run's schedule) in state.pt.
+        Every rank calls it: under FSDP2 the full weights are gathered and every rank adds
+        its shards; rank 0 writes the model and state.pt."""
+        state = {**self.state_dict(), **extra}  # a collective (every rank's torch stream)
+        weights = self.dist.full_state_dict(self.wrapped)  # None unless sharded
+        self.dist.save_shards(folder / fsdp.SHARDS)
+        if self.dist.is_main:
+            write_model(folder, self.model, self.tokenizer, weights)
+            write_state(folder, state)
+
+    def load(self, checkpoint: Path) -> dict:
+        """Restore the trainer from ``checkpoint`` (written by ``save``); returns its
+        state.pt, where the run finds what it added."""
+        state = read_state(checkpoint)
+        self.load_state_dict(state, checkpoint)
+        return state
 
     # ---- the trainer's state, for checkpoints and stopping (pods.train.run) -------------
     def state_dict(self) -> dict:
@@ -203,19 +278,6 @@ class Trainer:
         if any(p.requires_grad for n, p in self.model.named_parameters() if n in missing):
             raise ValueError(f"{checkpoint} does not match this run's model; resume it with "
                              f"the config it was trained with.")
-
-    def rewind(self) -> bool:
-        """Undo the step under way, if any, so that the trainer's state is that of its last
-        completed step (what a checkpoint may hold): its clock time and its draws of prompts
-        and selections, so that a resume redoes it the same. False when that cannot be: a
-        failure inside the update left the weights half-updated."""
-        if self.updating:
-            return False
-        if self.before_step is not None:
-            self.clock.seconds, states = self.before_step
-            restore_rng_states(states, self.prompt_rng, self.select_gen)
-            self.before_step = None
-        return True
 
     def _set_lr(self) -> float:
         """The schedule's lr for the step under way (counted as done), recomputed from the

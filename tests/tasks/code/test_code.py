@@ -133,7 +133,7 @@ def test_rewards_are_scored_on_several_threads():
 @pytest.mark.parametrize("name", ["code", "mbpp"])
 def test_training_on_code_fixtures_with_a_chat_model(name, chat_model_dir, tmp_path):
     from pods.config import from_dict
-    from pods.train.metrics import read_metrics
+    from pods.runs.metrics import read_metrics
     from pods.train.run import train
 
     cfg = from_dict(dict(model=chat_model_dir, task=name, data_dir=DATA, prompts_per_step=2,
@@ -158,7 +158,7 @@ def test_the_training_loop_runs_model_written_programs_in_the_sandbox(chat_model
     evaluation (one rollout per problem: the reference) passes every test."""
     from pods.config import from_dict
     from pods.rollout.hf import HFEngine
-    from pods.train.metrics import read_metrics
+    from pods.runs.metrics import read_metrics
     from pods.train.run import train
 
     rows = [json.loads(line) for split in ("train", "test")

@@ -148,7 +148,7 @@ def test_custom_task_errors(tmp_path, options, message):
 
 def test_training_on_gsm8k_fixtures_with_a_chat_model(chat_model_dir, tmp_path):
     from pods.config import from_dict
-    from pods.train.metrics import read_metrics
+    from pods.runs.metrics import read_metrics
     from pods.train.run import train
 
     cfg = from_dict(dict(model=chat_model_dir, task="gsm8k", data_dir=DATA, prompts_per_step=2,
@@ -164,10 +164,10 @@ def test_training_on_gsm8k_fixtures_with_a_chat_model(chat_model_dir, tmp_path):
 
 
 def test_pods_eval_on_fixture_test_sets(chat_model_dir):
-    from pods.evaluation import evaluate_path
+    from pods.cli.evaluate import EvalRequest, evaluate_path
 
-    result = evaluate_path(chat_model_dir, ["gsm8k", "amc23"], repeats=2, temperature=0.9,
-                           max_new_tokens=6, data_dir=DATA)
+    result = evaluate_path(EvalRequest(chat_model_dir, ("gsm8k", "amc23"), repeats=2,
+                                       fields=dict(max_new_tokens=6, data_dir=DATA)))
     assert result["gsm8k"]["eval/problems"] == 3 and result["amc23"]["eval/problems"] == 2
     for metrics in (result["gsm8k"], result["amc23"]):
         assert {"eval/accuracy_sem", "eval/format_accuracy", "eval/both_accuracy",

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from pods.models.policy import is_adapter, load_saved_policy
-from pods.train.checkpoint import checkpoints_and_config, first_readable
+from pods.runs.checkpoints import checkpoints_and_config, first_readable
 
 
 def export_checkpoint(path: str | Path, out_dir: str | Path, log=None) -> Path:

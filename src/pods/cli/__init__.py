@@ -18,14 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 from pods.check.run import add_parser as add_check_parser
 from pods.config import LEAVES, add_config_flags, config_from_args, flag_overrides
 from pods.models.fetch import FETCHABLE
 from pods.rollout import engine_names
-from pods.runtime.distributed import RankFailure
-from pods.train.checkpoint import CheckpointWriteError
+from pods.runs.checkpoints import CheckpointWriteError
+from pods.runtime.distributed import RankFailure, close_process_group
 
 # `pods eval` takes the task's fields (a custom task's data file and reward, ...) and the
 # model source's, as `pods train` does; the task names and the budget are its own flags.
@@ -62,21 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"interrupted{go_on.get(args.command, '')}.", file=sys.stderr)
         return 130
     finally:
-        _close_process_group()
-
-
-def _close_process_group() -> None:
-    """Under torchrun, leave the process group before the interpreter exits: otherwise its
-    threads are torn down at exit and a rank may abort ("terminate called without an
-    active exception", SIGABRT) after its work is done. A one-process group is vLLM's own
-    (the vllm engine in process): vLLM closes it at exit, and closing it first here makes
-    that fail with a traceback ("Invalid process group specified")."""
-    if "torch.distributed" not in sys.modules:
-        return
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.destroy_process_group()
+        close_process_group()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -153,25 +140,33 @@ def _train(args: argparse.Namespace) -> int:
     if args.resume:
         if args.config:
             raise ValueError("--resume continues a run with its own config; drop --config.")
-        run.resume(args.resume, flag_overrides(args))
+        run.resume(args.resume, flag_overrides(args), curve=draw_curve)
     else:
-        run.train(config_from_args(args))
+        run.train(config_from_args(args), curve=draw_curve)
     return 0
 
 
-def _eval(args: argparse.Namespace) -> int:
-    from pods.evaluation import evaluate_path, results_table
+def draw_curve(run_dir: Path) -> Path:
+    """A run's learning curve (curve.png), drawn when `pods train` ends."""
+    from pods.experiments.plots import plot_run
 
-    result = evaluate_path(args.path, args.task, repeats=args.repeats,
-                           temperature=args.eval_temperature, eval_size=args.eval_size,
-                           max_new_tokens=args.max_new_tokens, device=args.device,
-                           engine=args.engine, fields=flag_overrides(args))
+    return plot_run(run_dir)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from pods.cli.evaluate import EvalRequest, evaluate_path, results_table
+
+    given = dict(max_new_tokens=args.max_new_tokens, engine=args.engine)
+    fields = {**flag_overrides(args), **{k: v for k, v in given.items() if v is not None}}
+    result = evaluate_path(EvalRequest(args.path, tuple(args.task or ()), args.repeats,
+                                       args.eval_temperature, args.eval_size, args.device,
+                                       fields))
     print(json.dumps(result, indent=1) if args.json else results_table(result))
     return 0
 
 
 def _export(args: argparse.Namespace) -> int:
-    from pods.models.export import export_checkpoint
+    from pods.cli.export import export_checkpoint
 
     print(f"wrote {export_checkpoint(args.path, args.out)}")
     return 0
@@ -191,8 +186,9 @@ def _compare(args: argparse.Namespace) -> int:
     from pods.train.run import train_or_resume
 
     only = [v.strip() for v in args.only.split(",") if v.strip()] if args.only else None
-    run_compare(load_spec(args.spec), Path(args.out), in_fresh_process(train_or_resume),
-                flag_overrides(args), only=only)
+    train_fn = in_fresh_process(partial(train_or_resume, curve=draw_curve))
+    run_compare(load_spec(args.spec), Path(args.out), train_fn, flag_overrides(args),
+                only=only)
     return 0
 
 

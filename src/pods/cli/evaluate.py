@@ -1,0 +1,120 @@
+"""`pods eval`: a run's newest readable checkpoint, a checkpoint folder or a model, on one or
+more tasks' test sets (pods.evaluation), and the table it prints."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """What `pods eval` evaluates, and how."""
+
+    path: str  # a run folder, a checkpoints/step_N folder, or a model (any --model source)
+    tasks: tuple[str, ...] = ()  # test sets; () = the run's task (a model needs one)
+    repeats: int = 5  # samplings of each test set (the paper's 5)
+    temperature: float = 0.9  # 0 = greedy (the paper's 0.9)
+    size: int | None = None  # test problems per set; None = all
+    device: str = "auto"
+    fields: dict[str, Any] = field(default_factory=dict)  # flat config keys to set: a
+    # custom task's data_file and reward_fn, a model's gguf_file, max_new_tokens, engine...
+
+    def __post_init__(self):
+        if self.repeats < 1 or self.temperature < 0:
+            raise ValueError("--repeats must be >= 1 and --eval-temperature >= 0 "
+                             "(0 = greedy).")
+
+
+def evaluate_path(request: EvalRequest, log=None) -> dict[str, dict]:
+    """`pods eval`: a run folder's newest readable checkpoint, a checkpoint folder, or a
+    model (any --model source: hub id, folder, .gguf file, ...) on one or more tasks' test
+    sets. ``log`` (default: stderr) says which checkpoint could not be read, if any.
+    Returns {"model": what was loaded, task: metrics, ...}."""
+    from pods.evaluation import Sampling, evaluate
+    from pods.models.precision import compute_dtype
+    from pods.rollout import make_engine, resolve_engine
+    from pods.rollout.prompts import drop_long_prompts
+    from pods.runtime.device import resolve_device
+    from pods.tasks import get_task
+
+    log = log or (lambda line: print(line, file=sys.stderr))
+    checkpoints, cfg = _config(request)
+    on = resolve_device(request.device)
+    resolve_engine(cfg.rollout, on)  # an unusable engine fails before loading
+    tasks = {name: get_task(name, cfg.task, cfg.run.seed)  # a wrong name fails before loading
+             for name in request.tasks or (cfg.task.name,)}
+    source, model, tokenizer = _load(request.path, checkpoints, cfg, on, log)
+    max_tokens = cfg.rollout.max_new_tokens
+    engine = make_engine(cfg.rollout, model, tokenizer, on, seed=cfg.run.seed,
+                         max_model_len=cfg.task.max_prompt_tokens + max_tokens,
+                         dtype=compute_dtype(cfg.model.mixed_precision))
+    sampling = Sampling(request.temperature, max_tokens, seed=cfg.run.seed,
+                        repeats=request.repeats)
+    results: dict[str, Any] = {"model": str(source)}
+    for name, task in tasks.items():
+        problems, dropped = drop_long_prompts(engine.tokenizer, task, task.test(),
+                                              cfg.task.max_prompt_tokens)
+        result = evaluate(engine, task, problems[:request.size], sampling)
+        results[name] = {**result, "eval/dropped_long_prompts": dropped}
+    return results
+
+
+def _config(request: EvalRequest):
+    """(a run's checkpoints to try, newest first, or None for a plain model; the
+    TrainConfig to evaluate with, its names checked before anything is loaded)."""
+    from pods.config import from_dict
+    from pods.runs.checkpoints import checkpoints_and_config, latest_checkpoint
+    from pods.train.checks import check
+
+    checkpoints = None
+    if latest_checkpoint(request.path) is not None:
+        checkpoints, cfg = checkpoints_and_config(request.path)
+    else:  # a plain model: evaluate it as it is (e.g. the base model before RL)
+        if not request.tasks:
+            raise ValueError(f"{request.path} is not a run or checkpoint folder; to evaluate "
+                             f"it as a model, name the test sets with --task (e.g. --task "
+                             f"gsm8k).")
+        cfg = from_dict({"model": request.path, "task": request.tasks[0], **request.fields})
+    return checkpoints, check(cfg.replace(**request.fields))  # task and engine names, say
+
+
+def _load(path: str, checkpoints: list[Path] | None, cfg, device, log):
+    """(what was loaded, model, tokenizer): the model source ``path`` as --model reads it
+    (``checkpoints`` None), or the newest readable of ``checkpoints`` (an unreadable one is
+    passed over, and said, as resume does)."""
+    from pods.models.policy import load_policy, load_saved_policy
+    from pods.runs.checkpoints import first_readable
+
+    if checkpoints is None:
+        return (path, *load_policy(path, device, cfg.model))
+    checkpoint, (model, tokenizer) = first_readable(
+        checkpoints, lambda c: load_saved_policy(c / "model", cfg.model.name, device,
+                                                 cfg.model), log)
+    return checkpoint / "model", model, tokenizer
+
+
+def results_table(results: dict) -> str:
+    """`pods eval`'s closing table: one row per test set; accuracy as the mean over repeats
+    with its SEM when there are several."""
+    def percent(r: dict, key: str) -> str:
+        if key not in r:
+            return "-"
+        sem = f" ± {100 * r[key + '_sem']:.1f}" if key + "_sem" in r else ""
+        return f"{100 * r[key]:.1f}%{sem}"
+
+    lines = [f"model: {results['model']}",
+             "| test set | problems | repeats | accuracy | format accuracy | reward | "
+             "completion tokens | prompts dropped (too long) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, r in results.items():
+        if name != "model":
+            lines.append(f"| {name} | {r['eval/problems']} | {r['eval/repeats']} | "
+                         f"{percent(r, 'eval/accuracy')} | "
+                         f"{percent(r, 'eval/format_accuracy')} | "
+                         f"{r['eval/reward_mean']:.3f} | {r['eval/completion_len']:.1f} | "
+                         f"{r['eval/dropped_long_prompts']} |")
+    return "\n".join(lines)
+
