@@ -100,7 +100,7 @@ def evaluate_path(path: str, tasks: list[str] | None = None, repeats: int = 5,
     not be read, if any. Returns {task: metrics}."""
     from pods.config import from_dict
     from pods.models.precision import compute_dtype
-    from pods.rollout import make_engine, resolve_engine
+    from pods.rollout import EngineSpec, make_engine, resolve_engine
     from pods.rollout.prompts import drop_long_prompts
     from pods.runtime.device import resolve_device
     from pods.tasks import get_task
@@ -132,9 +132,9 @@ def evaluate_path(path: str, tasks: list[str] | None = None, repeats: int = 5,
         task = get_task(name, cfg.task, cfg.run.seed)
         if rollout is None:
             source, model, tokenizer = _load(path, source, checkpoints, cfg, task, on, log)
-            rollout = make_engine(cfg.rollout, model, tokenizer, on, seed=cfg.run.seed,
-                                  max_model_len=cfg.task.max_prompt_tokens + max_tokens,
-                                  dtype=compute_dtype(cfg.model.mixed_precision))
+            spec = EngineSpec(cfg.rollout, on, cfg.task.max_prompt_tokens + max_tokens,
+                              seed=cfg.run.seed, dtype=compute_dtype(cfg.model.mixed_precision))
+            rollout = make_engine(spec, model, tokenizer)
         problems, dropped = drop_long_prompts(rollout.tokenizer, task, task.test(),
                                               cfg.task.max_prompt_tokens)
         result = evaluate(rollout, task, problems[:eval_size], temperature, max_tokens,

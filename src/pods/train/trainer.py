@@ -22,7 +22,7 @@ from pods.core.rollout_inputs import completion_lengths, rule_inputs
 from pods.models.policy import load_policy, load_saved_policy
 from pods.models.precision import autocast, compute_dtype
 from pods.models.source import check_source
-from pods.rollout import make_engine, resolve_engine, sample_keys
+from pods.rollout import EngineSpec, make_engine, resolve_engine, sample_keys
 from pods.rollout.prompts import drop_long_prompts, render_prompts
 from pods.runtime import fsdp
 from pods.runtime.distributed import Dist, launched_world_size
@@ -69,11 +69,11 @@ class Trainer:
         # wrapped: the model as accelerate wraps it (DDP, FSDP) for the training passes;
         # self.model stays the plain module for generation, evaluation and saving.
         self.model = self.dist.unwrap(self.wrapped)
-        self.engine = make_engine(
-            config.rollout, self.model, self.tokenizer, self.device,
+        self.engine = make_engine(EngineSpec(
+            config.rollout, self.device,
             max_model_len=config.task.max_prompt_tokens + config.rollout.max_new_tokens,
             seed=config.run.seed, world=self.dist.world, sharded=self.dist.sharded,
-            dtype=compute_dtype(config.model.mixed_precision))
+            dtype=compute_dtype(config.model.mixed_precision)), self.model, self.tokenizer)
         self.train_set, self.test_set, self.dropped = self._datasets()
         self.scorer = Scorer(self.task, config.task.reward_errors, warn=self.log,
                              truncated_reward=config.task.truncated_reward)
