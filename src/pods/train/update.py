@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from pods.config.groups import LossConfig, OptimConfig
-from pods.core.loss import loss_normalizer, policy_loss
+from pods.core.loss import PolicyLoss, loss_normalizer
 from pods.models.logprobs import completion_logprobs
 from pods.rollout import Rollouts
 from pods.runtime.distributed import Dist
@@ -78,6 +78,7 @@ def policy_update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec
     dist = dist or Dist(world=1)
     batch, advantages = kept.rows, kept.advantages
     optim, loss_cfg, temperature = spec.optim, spec.loss, spec.temperature
+    loss_fn = PolicyLoss(loss_cfg.clip_eps, loss_cfg.clip_eps_high, loss_cfg.beta, loss_cfg.norm)
     base = dist.unwrap(model)  # no-grad passes and the LoRA switch skip the engine wrapper
     B = advantages.shape[0]
     parts = _micro_batches(B, optim.micro_batch_size)
@@ -99,11 +100,9 @@ def policy_update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec
                 if iteration == 0 and batch.logprobs is not None:  # still the sampling policy
                     gap += ((logp.detach() - batch.logprobs[part].to(logp.device)).abs()
                             * mask[part]).sum().item()
-                loss, stats = policy_loss(
+                loss, stats = loss_fn(
                     logp, None if old is None else old[part], advantages[part], mask[part],
-                    eps=loss_cfg.clip_eps, eps_high=loss_cfg.clip_eps_high,
-                    beta=loss_cfg.beta, ref_logp=None if ref is None else ref[part],
-                    norm=loss_cfg.norm, normalizer=normalizer)
+                    ref_logp=None if ref is None else ref[part], normalizer=normalizer)
                 dist.backward(loss)
             _add(totals, {"loss/loss": loss.item()}, 1.0)  # parts add up to the batch loss
             share = mask[part].sum().item() / max(mask.sum().item(), 1)  # token share
