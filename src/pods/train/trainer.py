@@ -25,6 +25,7 @@ from pods.models.source import check_source
 from pods.rollout import EngineSpec, make_engine, resolve_engine, sample_keys
 from pods.rollout.prompts import drop_long_prompts, render_prompts
 from pods.runtime import fsdp
+from pods.runtime.device import peak_memory_mb
 from pods.runtime.distributed import Dist, launched_world_size
 from pods.tasks import get_task
 from pods.tasks.scoring import Scorer
@@ -35,7 +36,7 @@ from pods.train.interrupts import Interrupts
 from pods.train.progress import Clock
 from pods.train.schedule import budget_progress, lr_multiplier
 from pods.train.selection import rank_batch, select, selection_stats
-from pods.train.update import UpdateSpec, peak_memory_mb, policy_update
+from pods.train.update import UpdateSpec, policy_update
 
 
 class Trainer:

@@ -9,8 +9,6 @@
 
 from __future__ import annotations
 
-import resource
-import sys
 from dataclasses import dataclass
 
 import torch
@@ -121,12 +119,3 @@ def policy_update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec
 def _add(totals: dict[str, float], values: dict[str, float], weight: float) -> None:
     for k, v in values.items():
         totals[k] = totals.get(k, 0.0) + weight * v
-
-
-def peak_memory_mb(device: torch.device) -> dict[str, float]:
-    """Peak resident memory of this process (and peak GPU memory on CUDA), in MB."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB on Linux, bytes on macOS
-    out = {"mem/peak_rss_mb": rss / (2**20 if sys.platform == "darwin" else 2**10)}
-    if device.type == "cuda":
-        out["mem/peak_gpu_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
-    return out
