@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pods.config import CodeConfig
-from pods.sandbox import available_modes, default_workers, run_python
+from pods.sandbox import Limits, available_modes, default_workers, run_python
 from pods.tasks import Problem
 from pods.tasks.code import tasks as code_tasks
 from pods.tasks.code.data import humaneval_tests, packaged_humaneval_rows, wheels_dir
@@ -58,7 +58,7 @@ def judged(task: code_tasks.CodeTask, row: dict, program: str) -> tuple[bool, bo
 
 def one_process(row: dict, program: str, timeout_s: float) -> bool:
     text = f"{row['prompt']}\n{program}\n{row['test']}\ncheck({row['entry_point']})\n"
-    return run_python(text, "", timeout_s, 512).status == "ok"
+    return run_python(text, "", Limits(timeout_s, 512)).status == "ok"
 
 
 def sweep(rows, make, mode, options, workers, single):

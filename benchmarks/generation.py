@@ -118,7 +118,7 @@ def measure(size: str, folder: str, repeats: int) -> list[dict]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from pods.config import RolloutConfig
-    from pods.rollout import HFEngine, make_engine
+    from pods.rollout import EngineSpec, HFEngine, make_engine
 
     path, prompts, new, P = setting(size, folder)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -131,9 +131,9 @@ def measure(size: str, folder: str, repeats: int) -> list[dict]:
                         time_generation(hf, prompts, n, new, repeats), strict=True))}
             for n in (16, 64)]
     update = time_update(model, hf, prompts, new)
-    vllm = make_engine(RolloutConfig(engine="vllm", gen_batch_size=512), model, tokenizer,
-                       torch.device("cpu"),
-                       max_model_len=len(tokenizer(prompts[0])["input_ids"]) + new)
+    spec = EngineSpec(RolloutConfig(engine="vllm", gen_batch_size=512), torch.device("cpu"),
+                      max_model_len=len(tokenizer(prompts[0])["input_ids"]) + new)
+    vllm = make_engine(spec, model, tokenizer)
     rows += [{"size": rows[0]["size"], "engine": "vllm", "n": n,
               **dict(zip(("rollouts_s", "tokens_s"),
                          time_generation(vllm, prompts, n, new, repeats), strict=True))}

@@ -20,7 +20,7 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from pods.sandbox import available_modes, default_workers, run_python
+from pods.sandbox import Limits, available_modes, default_workers, run_python
 from pods.sandbox.isolation import MODES, unusable_reason
 
 PROGRAM = "print(sum(range(100)))"
@@ -28,7 +28,7 @@ PROGRAM = "print(sum(range(100)))"
 
 def timed_run(mode: str) -> float:
     start = time.perf_counter()
-    result = run_python(PROGRAM, isolation=mode, timeout_s=10.0)
+    result = run_python(PROGRAM, limits=Limits(timeout_s=10.0), isolation=mode)
     if result.status != "ok" or result.stdout != "4950\n":
         raise RuntimeError(f"{mode}: unexpected result {result}")
     return time.perf_counter() - start

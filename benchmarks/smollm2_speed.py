@@ -115,13 +115,15 @@ def hf_rows(folder: str, sizes: list[int], repeats: int, fp32_sizes: list[int]) 
 def vllm_rows(folder: str, sizes: list[int], repeats: int, seeded: bool) -> list[dict]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pods.rollout import sample_keys
+    from pods.config import RolloutConfig
+    from pods.rollout import EngineSpec, sample_keys
     from pods.rollout.vllm import VLLMEngine
 
     tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    engine = VLLMEngine(model, tokenizer, max_model_len=1024, max_num_seqs=max(sizes),
-                        dtype=torch.bfloat16, seeded=seeded)
+    options = RolloutConfig(engine="vllm", gen_batch_size=max(sizes), vllm_seeded=seeded)
+    engine = VLLMEngine(EngineSpec(options, torch.device("cpu"), max_model_len=1024,
+                                   dtype=torch.bfloat16), model, tokenizer)
     what = "vllm engine" + (" (seeded)" if seeded else "")
     engine_generate(engine, prompts(tokenizer, 1), sample_keys(0, 0, torch.arange(1)))
     out = []

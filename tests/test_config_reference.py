@@ -66,6 +66,13 @@ def test_cells_escape_pipes_and_tags():
     assert len(dataclasses.fields(_C)) == 1
 
 
+def test_fixed_choices_show_as_their_values():
+    rows = {r.key: r for r in reference.rows(TrainConfig)}
+    assert rows["loss_norm"].type == "'sequence' | 'token' | 'constant'"
+    assert rows["selection"].type == "'group' | 'batch'" and rows["n"].type == "int"
+    assert rows["max_steps"].type == "int | None"
+
+
 def test_hook_fills_only_the_marker():
     page = "intro\n\n" + reference.MARKER + "\n"
     out = reference.on_page_markdown(page, None, None, None)

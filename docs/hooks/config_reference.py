@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import types
 import typing
 from typing import Any, NamedTuple
 
@@ -40,8 +41,16 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _type_name(tp: Any) -> str:
+    """`int`, `int | None`; a field of fixed choices (a `Literal`) as its choices:
+    `'group' | 'batch'`."""
     if isinstance(tp, str):
         return tp
+    if tp is type(None):
+        return "None"
+    if typing.get_origin(tp) is typing.Literal:
+        return " | ".join(map(repr, typing.get_args(tp)))
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " | ".join(map(_type_name, typing.get_args(tp)))
     if isinstance(tp, type) and not typing.get_args(tp):
         return tp.__name__
     return str(tp).replace("typing.", "")

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from pods.core.loss import policy_loss
+from pods.core.loss import PolicyLoss, policy_loss
 
 # Two sequences: the first has 2 completion tokens, the second 3.
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
@@ -26,7 +26,7 @@ def logp_at(ratio: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 ])
 def test_worked_losses_at_ratio_one(norm, normalizer, expected):
     logp, _ = logp_at(1.0)
-    loss, stats = policy_loss(logp, None, ADV, MASK, norm=norm, normalizer=normalizer)
+    loss, stats = PolicyLoss(norm=norm)(logp, None, ADV, MASK, normalizer=normalizer)
     assert loss.item() == pytest.approx(expected)
     assert stats.ratio_mean.item() == pytest.approx(1.0)
     assert stats.clip_frac.item() == 0.0 and stats.kl.item() == 0.0
@@ -52,7 +52,7 @@ def test_clipping_above_and_below():
     # ratio 1.5 > 1.2: A > 0 is clipped (token loss -1.2, no gradient); A < 0 is not
     # (min(1.5 * -1, 1.2 * -1) = -1.5, token loss +1.5)
     logp, old = logp_at(1.5)
-    loss, stats = policy_loss(logp, old, adv, mask, eps=0.2)
+    loss, stats = PolicyLoss(eps=0.2)(logp, old, adv, mask)
     assert loss.item() == pytest.approx((-1.2 + 1.5) / 2)
     (grad,) = torch.autograd.grad(loss, logp)
     assert torch.all(grad[0] == 0) and torch.all(grad[1] != 0)
@@ -60,7 +60,7 @@ def test_clipping_above_and_below():
     assert stats.clip_low.item() == 0.0
     # ratio 0.5 < 0.8: A < 0 is clipped (token loss -0.8 * -1 = 0.8); A > 0 is not (-0.5)
     logp, old = logp_at(0.5)
-    loss, stats = policy_loss(logp, old, adv, mask, eps=0.2)
+    loss, stats = PolicyLoss(eps=0.2)(logp, old, adv, mask)
     assert loss.item() == pytest.approx((-0.5 + 0.8) / 2)
     (grad,) = torch.autograd.grad(loss, logp)
     assert torch.all(grad[0] != 0) and torch.all(grad[1] == 0)
@@ -71,9 +71,9 @@ def test_clip_higher():
     # ratio 1.25 with A > 0: clipped at eps=0.2, not with DAPO's eps_high=0.28
     logp, old = logp_at(1.25)
     adv, mask = torch.tensor([1.0, 1.0]), torch.ones(2, 3)
-    loss, stats = policy_loss(logp, old, adv, mask, eps=0.2)
+    loss, stats = PolicyLoss(eps=0.2)(logp, old, adv, mask)
     assert loss.item() == pytest.approx(-1.2) and stats.clip_frac.item() == 1.0
-    loss, stats = policy_loss(logp, old, adv, mask, eps=0.2, eps_high=0.28)
+    loss, stats = PolicyLoss(eps=0.2, eps_high=0.28)(logp, old, adv, mask)
     assert loss.item() == pytest.approx(-1.25) and stats.clip_frac.item() == 0.0
 
 
@@ -82,12 +82,12 @@ def test_k3_kl_term():
     adv, mask = torch.zeros(2), torch.ones(2, 3)
     # q = ref - logp = log 2: exp(q) - q - 1 = 2 - 0.693147 - 1 = 0.306853 per token
     ref = logp.detach() + math.log(2.0)
-    loss, stats = policy_loss(logp, None, adv, mask, beta=0.1, ref_logp=ref)
+    loss, stats = PolicyLoss(beta=0.1)(logp, None, adv, mask, ref_logp=ref)
     kl = 1.0 - math.log(2.0)
     assert stats.kl.item() == pytest.approx(kl)
     assert loss.item() == pytest.approx(0.1 * kl)
     # reference equal to the policy: no penalty
-    _, stats = policy_loss(logp, None, adv, mask, beta=0.1, ref_logp=logp.detach())
+    _, stats = PolicyLoss(beta=0.1)(logp, None, adv, mask, ref_logp=logp.detach())
     assert stats.kl.item() == 0.0
 
 
@@ -98,10 +98,11 @@ def test_micro_batches_add_up_to_full_batch(norm):
     old = logp + 0.1 * torch.randn(8, 5, generator=g)
     adv = torch.randn(8, generator=g)
     mask = (torch.rand(8, 5, generator=g) > 0.4).float()
-    full, _ = policy_loss(logp, old, adv, mask, norm=norm)
+    loss_fn = PolicyLoss(norm=norm)
+    full, _ = loss_fn(logp, old, adv, mask)
     normalizer = {"sequence": 8, "token": mask.sum().item(), "constant": 8 * 5}[norm]
-    parts = [policy_loss(logp[i:i + 3], old[i:i + 3], adv[i:i + 3], mask[i:i + 3],
-                         norm=norm, normalizer=normalizer)[0] for i in range(0, 8, 3)]
+    parts = [loss_fn(logp[i:i + 3], old[i:i + 3], adv[i:i + 3], mask[i:i + 3],
+                     normalizer=normalizer)[0] for i in range(0, 8, 3)]
     torch.testing.assert_close(sum(parts), full)
 
 
@@ -115,17 +116,30 @@ def test_stats_are_detached_and_loggable():
     assert floats["loss/ratio_mean"] == pytest.approx(1.1)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(advantages=torch.zeros(3)), r"advantages must have shape \[B\] = \[2\]"),
-    (dict(mask=torch.ones(2, 4)), "mask must have the shape of logp"),
-    (dict(norm="seq"), "sequence, token, constant"),
-    (dict(beta=0.1), "needs ref_logp"),
-    (dict(beta=-1.0), "beta"),
-    (dict(eps=0.0), "positive"),
+@pytest.mark.parametrize("settings, tensors, message", [
+    ({}, dict(advantages=torch.zeros(3)), r"advantages must have shape \[B\] = \[2\]"),
+    ({}, dict(mask=torch.ones(2, 4)), "mask must have the shape of logp"),
+    ({}, dict(ref_logp=torch.zeros(3, 3)), "ref_logp must have the shape of logp"),
+    (dict(beta=0.1), {}, "needs ref_logp"),
 ])
-def test_errors(kwargs, message):
+def test_tensor_errors(settings, tensors, message):
     args = dict(logp=torch.zeros(2, 3), old_logp=None, advantages=torch.zeros(2),
                 mask=torch.ones(2, 3))
-    args.update(kwargs)
+    args.update(tensors)
     with pytest.raises(ValueError, match=message):
-        policy_loss(**args)
+        PolicyLoss(**settings)(**args)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(norm="seq"), "unknown loss normalisation 'seq'; use one of sequence, token, constant"),
+    (dict(beta=-1.0), "beta"),
+    (dict(eps=0.0), "positive"),
+    (dict(eps_high=-0.1), "positive"),
+])
+def test_settings_are_checked_when_made(settings, message):
+    with pytest.raises(ValueError, match=message):
+        PolicyLoss(**settings)
+
+
+def test_policy_loss_is_the_default_loss():
+    assert policy_loss == PolicyLoss(eps=0.2, eps_high=None, beta=0.0, norm="sequence")

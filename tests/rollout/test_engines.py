@@ -59,8 +59,8 @@ def test_the_vllm_engine_is_sized_for_prompt_and_completion(monkeypatch, tmp_pat
     seen = {}
 
     class Engine:
-        def __init__(self, model, tokenizer, **kwargs):
-            seen.update(kwargs)
+        def __init__(self, spec, model, tokenizer):
+            seen["spec"] = spec
             raise RuntimeError("sized")
 
     monkeypatch.setattr(pods.rollout.vllm, "installed", lambda: True)
@@ -70,7 +70,8 @@ def test_the_vllm_engine_is_sized_for_prompt_and_completion(monkeypatch, tmp_pat
                          out_dir=str(tmp_path)))
     with pytest.raises(RuntimeError, match="sized"):
         Trainer(cfg)
-    assert (seen["max_model_len"], seen["max_num_seqs"], seen["seed"]) == (128, 64, 3)
+    spec = seen["spec"]
+    assert (spec.max_model_len, spec.rollout.gen_batch_size, spec.seed) == (128, 64, 3)
 
 
 def test_pods_train_with_a_missing_vllm_fails_before_loading(tmp_path, monkeypatch, capsys):
@@ -95,10 +96,9 @@ def test_a_new_engine_is_one_registry_entry(monkeypatch, tmp_path, tiny_model_di
 
     built, checked = [], []
 
-    def build(options, model, tokenizer, device, *, max_model_len, seed, world, sharded,
-              dtype):
-        built.append((max_model_len, seed))
-        return HFEngine(model, tokenizer, chunk=8, synced=sharded, dtype=dtype)
+    def build(spec, model, tokenizer):
+        built.append((spec.max_model_len, spec.seed))
+        return HFEngine(model, tokenizer, chunk=8, synced=spec.sharded, dtype=spec.dtype)
 
     monkeypatch.setitem(ENGINES, "hf8", SimpleNamespace(
         build=build, check=lambda options, device, sharded: checked.append(device.type)))

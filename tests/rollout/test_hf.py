@@ -2,7 +2,14 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pods.models.logprobs import completion_logprobs
-from pods.rollout import KeyedSampler, completion_mask, generate, mix32, sample_keys
+from pods.rollout import (
+    KeyedSampler,
+    SamplingRequest,
+    completion_mask,
+    generate,
+    mix32,
+    sample_keys,
+)
 
 
 def test_completion_mask_stops_after_first_eos():
@@ -33,8 +40,8 @@ def load(model_dir):
 def test_generate_shapes_and_grouping(tiny_model_dir):
     model, tokenizer = load(tiny_model_dir)
     torch.manual_seed(0)
-    out = generate(model, tokenizer, ["1+2=", "10+20="], n=3, temperature=1.0,
-                   max_new_tokens=4, chunk=4)  # 6 sequences in chunks of 4 and 2
+    request = SamplingRequest(["1+2=", "10+20="], n=3, temperature=1.0, max_new_tokens=4)
+    out = generate(model, tokenizer, request, chunk=4)  # 6 sequences in chunks of 4 and 2
     assert out.prompt_ids.shape[0] == out.completion_ids.shape[0] == 6
     assert out.completion_ids.shape[1] <= 4 and len(out.texts) == 6
     # rows 0-2 continue the first prompt, rows 3-5 the second (left-padded)
@@ -113,11 +120,13 @@ def test_rollouts_do_not_depend_on_batch_or_chunking(tiny_model_dir):
     model, tokenizer = load(tiny_model_dir)
     keys = sample_keys(7, 0, torch.arange(3))  # [3]
     prompts = ["1+2=", "10+20=", "5+5="]
-    whole = generate(model, tokenizer, prompts, 4, 1.0, 5, chunk=12, keys=keys)
-    chunked = generate(model, tokenizer, prompts, 4, 1.0, 5, chunk=5, keys=keys)
-    alone = generate(model, tokenizer, prompts[1:2], 4, 1.0, 5, chunk=4, keys=keys[1:2])
+    request = SamplingRequest(prompts, 4, 1.0, 5, keys=keys)
+    whole = generate(model, tokenizer, request, chunk=12)
+    chunked = generate(model, tokenizer, request, chunk=5)
+    alone = generate(model, tokenizer, SamplingRequest(prompts[1:2], 4, 1.0, 5, keys[1:2]),
+                     chunk=4)
     assert chunked.texts == whole.texts and alone.texts == whole.texts[4:8]
     assert len(set(whole.texts)) > 3  # it does sample
-    other = generate(model, tokenizer, prompts, 4, 1.0, 5, chunk=12,
-                     keys=sample_keys(8, 0, torch.arange(3)))
+    other = generate(model, tokenizer, SamplingRequest(
+        prompts, 4, 1.0, 5, keys=sample_keys(8, 0, torch.arange(3))), chunk=12)
     assert other.texts != whole.texts  # another seed, other rollouts

@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pods.config import RolloutConfig
 from pods.models.logprobs import completion_logprobs
-from pods.rollout import HFEngine, make_engine, sample_keys
+from pods.rollout import EngineSpec, HFEngine, make_engine, sample_keys
 
 pytestmark = pytest.mark.vllm
 PROMPTS = ["1+2=", "10+20=", "55+5="]  # different lengths: left padding in the batch
@@ -26,8 +26,9 @@ def load(model_dir):
 def setup(vllm_model_dir):
     """(HF model, tokenizer, vllm engine): one engine for the module (it takes seconds)."""
     model, tokenizer = load(vllm_model_dir)
-    engine = make_engine(RolloutConfig(engine="vllm", gen_batch_size=256), model, tokenizer,
-                         torch.device("cpu"), max_model_len=64)
+    spec = EngineSpec(RolloutConfig(engine="vllm", gen_batch_size=256), torch.device("cpu"),
+                      max_model_len=64)
+    engine = make_engine(spec, model, tokenizer)
     assert engine.name == "vllm"
     return model, tokenizer, engine
 

@@ -35,7 +35,7 @@ import json, subprocess, sys, types
 pods = types.ModuleType("pods")
 pods.__path__ = [sys.argv[1] + "/pods"]
 sys.modules["pods"] = pods
-from pods.sandbox import SandboxUnavailable, run_many
+from pods.sandbox import Limits, SandboxUnavailable, run_many
 job = json.loads(sys.stdin.read())
 if job["mode"] == "control":  # the same programs, unsandboxed: what this caller may reach
     runs = [subprocess.run([sys.executable, "-I", "-c", code], input=stdin, text=True,
@@ -45,8 +45,9 @@ if job["mode"] == "control":  # the same programs, unsandboxed: what this caller
     sys.exit(0)
 try:
     codes, stdins = zip(*job["programs"])
+    limits = Limits(timeout_s=job["timeout_s"], memory_mb=job.get("memory_mb", 512))
     results = run_many(codes, stdins, isolation=job["mode"], workers=job["workers"],
-                       timeout_s=job["timeout_s"], memory_mb=job.get("memory_mb", 512))
+                       limits=limits)
 except SandboxUnavailable as e:
     print(json.dumps({"unavailable": str(e)}))
     sys.exit(0)

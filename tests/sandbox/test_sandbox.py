@@ -23,6 +23,7 @@ from sandbox_callers import MODE_PARAMS
 
 from pods.sandbox import (
     TIMEOUT_SLACK_S,
+    Limits,
     RunResult,
     SandboxUnavailable,
     available_modes,
@@ -39,8 +40,11 @@ def mode(request) -> str:
     return request.param
 
 
-def run(mode: str, code: str, **kwargs) -> RunResult:
-    return run_python(code, isolation=mode, **kwargs)
+def run(mode: str, code: str, stdin: str | bytes = "", site_packages: bool = False,
+        **limits) -> RunResult:
+    """``code`` in isolation ``mode``; ``limits``: the fields of ``Limits`` to set."""
+    return run_python(code, stdin, Limits(**limits), isolation=mode,
+                      site_packages=site_packages)
 
 
 def marked(marker: str) -> list[int]:
@@ -417,7 +421,8 @@ def test_site_packages_only_when_asked(mode):
 
 def test_run_many_keeps_order_under_concurrency():
     codes = ["import sys\nn = int(sys.stdin.read())\nprint(n * n)"] * 12
-    results = run_many(codes, [str(i) for i in range(12)], workers=4, timeout_s=10)
+    results = run_many(codes, [str(i) for i in range(12)], workers=4,
+                       limits=Limits(timeout_s=10))
     assert [r.stdout for r in results] == [f"{i * i}\n" for i in range(12)]
     assert {r.status for r in results} == {"ok"}
 
@@ -441,6 +446,15 @@ def test_run_many_runs_at_most_workers_programs_at_once(monkeypatch):
     codes = [str(i) for i in range(12)]
     assert run_many(codes, workers=3) == codes
     assert peak[0] == 3
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(timeout_s=0.0), "must be positive"), (dict(memory_mb=-1), "must be positive"),
+    (dict(disk_mb=0), "must be positive"), (dict(output_limit=-1), "output_limit=-1"),
+])
+def test_limits_are_checked_before_anything_runs(fields, message):
+    with pytest.raises(ValueError, match=message):
+        Limits(**fields)
 
 
 def test_environment_variable_selects_the_mode(monkeypatch):

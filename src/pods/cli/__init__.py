@@ -36,7 +36,7 @@ EVAL_FIELDS = [key for key, leaf in LEAVES.items()
 
 # what the train extra installs (pyproject.toml), by import name
 TRAIN_EXTRA = ("transformers", "peft", "accelerate", "datasets", "math_verify", "matplotlib",
-               "scipy", "gguf")
+               "scipy", "gguf", "tqdm")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,7 +35,7 @@ def evaluate_path(request: EvalRequest, log=None) -> dict[str, dict]:
     Returns {"model": what was loaded, task: metrics, ...}."""
     from pods.evaluation import Sampling, evaluate
     from pods.models.precision import compute_dtype
-    from pods.rollout import make_engine, resolve_engine
+    from pods.rollout import EngineSpec, make_engine, resolve_engine
     from pods.rollout.prompts import drop_long_prompts
     from pods.runtime.device import resolve_device
     from pods.tasks import get_task
@@ -48,9 +48,9 @@ def evaluate_path(request: EvalRequest, log=None) -> dict[str, dict]:
              for name in request.tasks or (cfg.task.name,)}
     source, model, tokenizer = _load(request.path, checkpoints, cfg, on, log)
     max_tokens = cfg.rollout.max_new_tokens
-    engine = make_engine(cfg.rollout, model, tokenizer, on, seed=cfg.run.seed,
-                         max_model_len=cfg.task.max_prompt_tokens + max_tokens,
-                         dtype=compute_dtype(cfg.model.mixed_precision))
+    spec = EngineSpec(cfg.rollout, on, cfg.task.max_prompt_tokens + max_tokens,
+                      seed=cfg.run.seed, dtype=compute_dtype(cfg.model.mixed_precision))
+    engine = make_engine(spec, model, tokenizer)
     sampling = Sampling(request.temperature, max_tokens, seed=cfg.run.seed,
                         repeats=request.repeats)
     results: dict[str, Any] = {"model": str(source)}

@@ -1,6 +1,7 @@
 """The checks of a ``TrainConfig`` made when it is built, each failure saying what to change.
 
-Types first (per flat key), then values; the checks that span groups (m against n,
+Types first (per flat key, fixed choices included: a field typed with a ``Literal`` takes
+only its values, pods.config.flat), then values; the checks that span groups (m against n,
 micro-batches against P*m) sit here beside the others. The names of open registries (rule,
 task, engine, trackers) are checked by the components that own them, before anything loads
 (``pods.train.checks``): this package imports nothing above it (``pods.core`` below it
@@ -12,16 +13,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from pods.config.flat import get, leaves, type_problem
-from pods.config.groups import (
-    CODE_REWARDS,
-    DTYPES,
-    MIXED_PRECISIONS,
-    PARALLELISMS,
-    REWARD_ERRORS,
-    SCHEDULES,
-    SCOPES,
-)
+from pods.config.flat import get, leaves, type_problem, unknown
 
 # A pods.config.train.TrainConfig, which is built on these checks: this module reads its
 # groups (c.rollout, c.selection, ...) and never imports it.
@@ -66,30 +58,20 @@ def one_of(key: str, value: str, known) -> Iterator[str]:
     sorted) or a tuple of choices (listed in order). The components check their registries'
     names with it too (pods.train.checks)."""
     if value not in known:
-        names = sorted(known) if isinstance(known, dict) else known
-        yield f"unknown {key} {value!r}; use one of {', '.join(names)}."
+        yield unknown(key, value, sorted(known) if isinstance(known, dict) else known)
 
 
 def _choices(c: Config) -> Iterator[str]:
+    """The fixed choices' combinations (each field's own choices are its type's)."""
     from pods.core.advantages import SCALES
-    from pods.core.loss import NORMS
 
-    yield from one_of("selection", c.selection.scope, SCOPES)
     if c.selection.scope == "batch" and c.selection.rule != "max_variance":
         yield f"selection batch chooses max-variance subsets of any size, not rule " \
               f"{c.selection.rule!r}; set rule max_variance or selection group."
-    yield from one_of("loss_norm", c.loss.norm, NORMS)
-    yield from one_of("lr_schedule", c.optim.lr_schedule, SCHEDULES)
     yield from one_of("adv_scale", c.loss.adv_scale, SCALES)
-    if c.task.reward_errors not in REWARD_ERRORS:
-        yield f"unknown reward_errors {c.task.reward_errors!r}; " \
-              f"use {' or '.join(REWARD_ERRORS)}."
-    yield from one_of("parallelism", c.run.parallelism, PARALLELISMS)
     if c.run.parallelism == "fsdp2" and c.rollout.engine == "vllm":
         yield "the vllm engine does not run under fsdp2 (each rank's vLLM would need the " \
               "whole model); use --engine hf (or auto), or --parallelism ddp."
-    yield from one_of("dtype", c.model.dtype, DTYPES)
-    yield from one_of("mixed_precision", c.model.mixed_precision, MIXED_PRECISIONS)
     if c.model.mixed_precision != "no" and c.model.dtype not in ("auto", "float32"):
         yield f"mixed_precision {c.model.mixed_precision} keeps float32 master weights and " \
               f"computes in bfloat16; set --dtype float32 (or auto), or --mixed-precision no " \
@@ -97,8 +79,6 @@ def _choices(c: Config) -> Iterator[str]:
     if c.model.mixed_precision != "no" and c.run.parallelism == "fsdp2":
         yield "under fsdp2 use --dtype bfloat16 instead of --mixed-precision: its shards " \
               "already keep float32 master weights and compute in bfloat16."
-    if c.task.code.reward not in CODE_REWARDS:
-        yield f"unknown code_reward {c.task.code.reward!r}; use {' or '.join(CODE_REWARDS)}."
 
 
 def _budget(c: Config) -> Iterator[str]:

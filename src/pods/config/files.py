@@ -98,7 +98,8 @@ _PARSERS = {"int": int, "float": float, "str": str, "bool": _parse_bool}
 
 def add_config_flags(parser: argparse.ArgumentParser, keys=None) -> None:
     """One flag per config key (--max-time and --max_time both work), under one argument
-    group per concern; unset flags stay absent so that YAML values and defaults stand.
+    group per concern; unset flags stay absent so that YAML values and defaults stand. A
+    field of fixed choices takes only those (argparse's ``choices``, shown in --help).
     ``keys``: only these flat keys (`pods eval` takes the task's and the model source's)."""
     groups: dict[str, argparse._ArgumentGroup] = {}
     for leaf in LEAVES.values():
@@ -107,13 +108,14 @@ def add_config_flags(parser: argparse.ArgumentParser, keys=None) -> None:
         top = leaf.path[0]
         if top not in groups:
             groups[top] = parser.add_argument_group(top, leaf.group_help)
-        kind = leaf.type.split(" | ")[0]
-        parse = _PARSERS[kind]
-        if "None" in leaf.type:
+        parse = _PARSERS[leaf.kind]
+        if leaf.optional:
             parse = _parse_optional(parse)
+        choices = None if leaf.optional else leaf.choices  # (argparse would refuse none)
         flags = list(dict.fromkeys([f"--{leaf.key.replace('_', '-')}", f"--{leaf.key}"]))
-        groups[top].add_argument(*flags, dest=f"cfg_{leaf.key}", type=parse,
-                                 default=argparse.SUPPRESS, metavar=kind.upper(),
+        groups[top].add_argument(*flags, dest=f"cfg_{leaf.key}", type=parse, choices=choices,
+                                 default=argparse.SUPPRESS,
+                                 metavar=None if choices else leaf.kind.upper(),
                                  help=f"{leaf.help} (default: {leaf.default})")
 
 

@@ -3,14 +3,19 @@ leaf field (``n``, ``lr``, ``code_test_timeout``), mapped here onto the group it
 (``rollout.n``, ``optim.lr``, ``task.code.test_timeout``).
 
 Generic over the root dataclass (``leaves(TrainConfig)``), so that this module imports
-nothing from pods: ``pods.config.train`` builds ``TrainConfig`` on top of it."""
+nothing from pods: ``pods.config.train`` builds ``TrainConfig`` on top of it.
+
+A leaf's type is one of int, float, str and bool, or a ``Literal`` of fixed choices (the
+values it takes, checked here with the types), optionally ``| None``."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import types
+import typing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -22,10 +27,33 @@ class Leaf:
     field: dataclasses.Field
     group: str  # the group's dotted path: "optim", "task.code"
     group_help: str  # the top-level group's description, for --help
+    hint: Any  # the field's type, resolved: int, int | None, Literal["group", "batch"]
 
     @property
-    def type(self) -> str:  # "int | None", as written in the dataclass
-        return str(self.field.type)
+    def optional(self) -> bool:  # None is a value (no limit, the default's own choice)
+        return type(None) in _members(self.hint)
+
+    @property
+    def choices(self) -> tuple | None:
+        """The values a ``Literal`` field takes, in declared order; None for other types."""
+        literal = [t for t in _members(self.hint) if typing.get_origin(t) is Literal]
+        return typing.get_args(literal[0]) if literal else None
+
+    @property
+    def kind(self) -> str:
+        """What a value is: int, float, str or bool (a Literal's: its choices' type)."""
+        if self.choices is not None:
+            return type(self.choices[0]).__name__
+        return next(t for t in _members(self.hint) if t is not type(None)).__name__
+
+    @property
+    def type(self) -> str:
+        """As written in the dataclass ("int | None"); a Literal as its choices
+        ("'group' | 'batch'")."""
+        if self.choices is None:
+            return " | ".join("None" if t is type(None) else t.__name__
+                              for t in _members(self.hint))
+        return " | ".join([*map(repr, self.choices), *(["None"] if self.optional else [])])
 
     @property
     def help(self) -> str:
@@ -41,7 +69,15 @@ def _is_group(f: dataclasses.Field) -> bool:
         dataclasses.is_dataclass(f.default_factory)
 
 
+def _members(hint: Any) -> tuple:
+    """The types a union joins (``int | None``: int and NoneType), or the type alone."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return typing.get_args(hint)
+    return (hint,)
+
+
 def _leaves(cls: type, path: tuple[str, ...] = (), group_help: str = "") -> list[Leaf]:
+    hints = typing.get_type_hints(cls)  # the annotations' text resolved in cls's module
     found = []
     for f in dataclasses.fields(cls):
         if _is_group(f):
@@ -49,7 +85,7 @@ def _leaves(cls: type, path: tuple[str, ...] = (), group_help: str = "") -> list
                              group_help or f.metadata["help"])
         else:
             found.append(Leaf(f.metadata.get("key", f.name), (*path, f.name), f,
-                              ".".join(path), group_help))
+                              ".".join(path), group_help, hints[f.name]))
     return found
 
 
@@ -102,24 +138,32 @@ def build(root: type, values: dict[str, Any]) -> Any:
 _KINDS = {"int": "a whole number", "float": "a number", "str": "text", "bool": "true or false"}
 
 
+def unknown(key: str, value: Any, names) -> str:
+    """The message for a ``value`` of ``key`` that is none of ``names``."""
+    return f"unknown {key} {value!r}; use one of {', '.join(map(str, names))}."
+
+
 def type_problem(leaf: Leaf, value: Any) -> str | None:
-    """What is wrong when ``value`` does not fit ``leaf``'s type, else None."""
-    key, kinds = leaf.key, [k.strip() for k in leaf.type.split("|")]
+    """What is wrong when ``value`` does not fit ``leaf``'s type (or is none of its
+    choices), else None."""
+    key, kind = leaf.key, leaf.kind
     if value is None:
-        return None if "None" in kinds else f"{key} must be {_KINDS[kinds[0]]}, not empty."
+        return None if leaf.optional else f"{key} must be {_KINDS[kind]}, not empty."
+    if leaf.choices is not None:
+        return None if value in leaf.choices else unknown(key, value, leaf.choices)
     fits = {"int": isinstance(value, int), "float": isinstance(value, int | float),
-            "str": isinstance(value, str), "bool": isinstance(value, bool)}[kinds[0]]
-    if isinstance(value, bool) and kinds[0] != "bool":
+            "str": isinstance(value, str), "bool": isinstance(value, bool)}[kind]
+    if isinstance(value, bool) and kind != "bool":
         fits = False
     if fits:
         return None
-    empty = " (or null)" if "None" in kinds else ""
-    return f"{key}={value!r} must be {_KINDS[kinds[0]]}{empty}."
+    empty = " (or null)" if leaf.optional else ""
+    return f"{key}={value!r} must be {_KINDS[kind]}{empty}."
 
 
 def as_number(leaf: Leaf, value: Any) -> Any:
     """YAML 1.1 reads 3e-4 (no dot) as text: take such text as the number it spells."""
-    if isinstance(value, str) and leaf.type.startswith("float"):
+    if isinstance(value, str) and leaf.kind == "float":
         try:
             return float(value)
         except ValueError:

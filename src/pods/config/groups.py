@@ -12,26 +12,37 @@ Baselines are configurations of one loop:
     GRPO-GA     n == m large, small micro-batch (e.g. n=64, m=64, micro_batch_size=128)
     batch-level n > m, selection=batch: P*m kept across the step's prompts (beyond the paper)
 
-This module imports nothing from pods, so every component can import its group and the
-fixed choices below; ``TrainConfig``, the groups together, is in ``pods.config.train``.
+This module imports nothing from pods but pods.core's fixed choices (the loss's), so every
+component can import its group and the fixed choices below; ``TrainConfig``, the groups
+together, is in ``pods.config.train``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
-# The fixed choices of some fields; the components that implement them import these.
-# (Open registries, which a user may extend, are the components' own: rules in
-# pods.core.downsample, tasks in pods.tasks, engines in pods.rollout, trackers in
-# pods.tracking.)
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-MIXED_PRECISIONS = ("no", "bf16")
-PARALLELISMS = ("ddp", "fsdp2")
-SCHEDULES = ("constant", "linear", "cosine")
-SCOPES = ("group", "batch")
-REWARD_ERRORS = ("raise", "zero")
-CODE_REWARDS = ("fraction", "all")
+from pods.core.loss import Norm
+
+# The fixed choices of some fields, each written once as the field's type (a field typed
+# with one takes only those values: pods.config.flat checks them, and they are the flags'
+# choices); the components that implement them import the tuples. (Open registries, which a
+# user may extend, are the components' own: rules in pods.core.downsample, tasks in
+# pods.tasks, engines in pods.rollout, trackers in pods.tracking.)
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+MixedPrecision = Literal["no", "bf16"]
+Parallelism = Literal["ddp", "fsdp2"]
+Schedule = Literal["constant", "linear", "cosine"]
+Scope = Literal["group", "batch"]
+RewardErrors = Literal["raise", "zero"]
+CodeReward = Literal["fraction", "all"]
+DTYPES: tuple[str, ...] = get_args(Dtype)
+MIXED_PRECISIONS: tuple[str, ...] = get_args(MixedPrecision)
+PARALLELISMS: tuple[str, ...] = get_args(Parallelism)
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
+SCOPES: tuple[str, ...] = get_args(Scope)
+REWARD_ERRORS: tuple[str, ...] = get_args(RewardErrors)
+CODE_REWARDS: tuple[str, ...] = get_args(CodeReward)
 
 
 def _f(default: Any, help: str, key: str | None = None) -> Any:
@@ -53,15 +64,16 @@ class ModelConfig:
     gguf_file: str | None = _f(None, "GGUF file to read inside the --model folder or hub repo "
                                "(transformers' gguf_file); its weights are dequantized to "
                                "float. None: a --model ending in .gguf names the file itself.")
-    dtype: str = _f("auto", "Weights dtype: float32, bfloat16, float16, or auto (bfloat16 on "
-                    "a GPU that supports it, else float32).")
-    mixed_precision: str = _f("no", "bf16: keep float32 weights (the optimizer's master "
-                              "copy) and compute in bfloat16: the update's forward passes "
-                              "under autocast, the hf engine sampling from a bfloat16 copy "
-                              "refreshed after each update, the vllm engine in bfloat16. "
-                              "About 2x faster updates on CPUs with bf16 instructions (AVX-512 "
-                              "BF16, AMX) and on GPUs; no: compute in "
-                              "the weights' dtype. Needs --dtype float32 (or auto).")
+    dtype: Dtype = _f("auto", "Weights dtype: float32, bfloat16, float16, or auto (bfloat16 on a "
+                      "GPU that supports it, else float32).")
+    mixed_precision: MixedPrecision = _f("no", "bf16: keep float32 weights (the optimizer's master "
+                                         "copy) and compute in bfloat16: the update's forward "
+                                         "passes under autocast, the hf engine sampling from a "
+                                         "bfloat16 copy refreshed after each update, the vllm "
+                                         "engine in bfloat16. About 2x faster updates on CPUs with "
+                                         "bf16 instructions (AVX-512 BF16, AMX) and on GPUs; no: "
+                                         "compute in the weights' dtype. Needs --dtype float32 (or "
+                                         "auto).")
     lora_rank: int = _f(0, "LoRA rank; 0 = full fine-tuning (the paper's single-GPU runs: 64).")
     lora_alpha: float = _f(64.0, "LoRA alpha (the paper: 64).")
     lora_dropout: float = _f(0.0, "LoRA dropout.")
@@ -93,8 +105,8 @@ class CodeConfig:
                         "code_memory_mb")
     max_tests: int | None = _f(8, "Code tasks: tests run per problem per step (the first "
                                "ones); None = all. Evaluation runs all.", "code_max_tests")
-    reward: str = _f("fraction", "Code tasks: reward = fraction of tests passed, or all (1 "
-                     "only when every test passes).", "code_reward")
+    reward: CodeReward = _f("fraction", "Code tasks: reward = fraction of tests passed, or all (1 "
+                            "only when every test passes).", "code_reward")
     workers: int | None = _f(None, "Code tasks: rollouts scored at once, each in its own "
                              "sandboxed processes; None = the CPU count.", "sandbox_workers")
 
@@ -111,10 +123,10 @@ class TaskConfig:
                                "and 'answer' (optional 'split': train/test).")
     reward_fn: str | None = _f(None, "custom task: reward as module:function, called with "
                                "(completion, answer) -> float; None = the math reward.")
-    reward_errors: str = _f("raise", "A reward function that raises or returns no finite "
-                            "number: raise (stop, naming the function, problem and "
-                            "completion, after a checkpoint of the last complete step) or "
-                            "zero (score 0, count rollout/reward_errors, warn once).")
+    reward_errors: RewardErrors = _f("raise", "A reward function that raises or returns no finite "
+                                     "number: raise (stop, naming the function, problem and "
+                                     "completion, after a checkpoint of the last complete step) or "
+                                     "zero (score 0, count rollout/reward_errors, warn once).")
     truncated_reward: float | None = _f(None, "Training reward of a rollout cut at "
                                         "max_new_tokens before its end-of-sequence token, "
                                         "instead of grading it (DAPO's overlong shaping; 0 "
@@ -164,10 +176,10 @@ class RolloutConfig:
 class SelectionConfig:
     m: int = _f(16, "Rollouts kept per prompt for the update (m == n is plain GRPO).")
     rule: str = _f("max_variance", "Down-sampling rule; see pods.core.downsample.RULES.")
-    scope: str = _f("group", "group: keep m of each prompt's n (the paper); batch: keep P*m "
-                    "in all, across the step's prompts, maximising the total within-group "
-                    "reward variance mass (0 or 2+ per prompt; beyond the paper, needs rule "
-                    "max_variance; see pods.core.batch_downsample).", "selection")
+    scope: Scope = _f("group", "group: keep m of each prompt's n (the paper); batch: keep P*m in "
+                      "all, across the step's prompts, maximising the total within-group reward "
+                      "variance mass (0 or 2+ per prompt; beyond the paper, needs rule "
+                      "max_variance; see pods.core.batch_downsample).", "selection")
     max_kept_per_group: int | None = _f(None, "selection batch: most rollouts one prompt may "
                                         "keep; None = n.")
 
@@ -175,9 +187,9 @@ class SelectionConfig:
 @dataclass(frozen=True)
 class OptimConfig:
     lr: float = _f(6e-4, "AdamW learning rate (the peak, under a schedule).")
-    lr_schedule: str = _f("cosine", "Learning-rate schedule over the budget (max_steps or "
-                          "max_time, whichever ends first): constant, linear or cosine decay "
-                          "to lr_floor * lr (see pods.train.schedule).")
+    lr_schedule: Schedule = _f("cosine", "Learning-rate schedule over the budget (max_steps or "
+                               "max_time, whichever ends first): constant, linear or cosine decay "
+                               "to lr_floor * lr (see pods.train.schedule).")
     warmup_frac: float = _f(0.05, "Fraction of the budget over which the lr rises linearly "
                             "from 0 to lr, before the schedule's decay.")
     lr_floor: float = _f(0.1, "The lr at the end of a linear or cosine schedule, as a "
@@ -198,8 +210,8 @@ class LossConfig:
     clip_eps_high: float | None = _f(None, "Upper clip range (DAPO clip-higher); None = "
                                      "clip_eps.")
     beta: float = _f(0.0, "KL penalty weight to the starting policy (k3); 0 as in the paper.")
-    norm: str = _f("sequence", "Loss normalisation: sequence (paper), token (DAPO), constant "
-                   "(Dr. GRPO).", "loss_norm")
+    norm: Norm = _f("sequence", "Loss normalisation: sequence (paper), token (DAPO), constant "
+                    "(Dr. GRPO).", "loss_norm")
     adv_scale: str = _f("group", "Advantage scaling: group std (GRPO), batch std, or none "
                         "(Dr. GRPO).")
 
@@ -238,14 +250,15 @@ class RunConfig:
     progress: bool = _f(True, "Show a progress bar.")
     dist_timeout: float = _f(1800.0, "Distributed runs: seconds a rank waits for the others "
                              "in a collective before the run stops with an error.")
-    parallelism: str = _f("ddp", "Distributed runs: ddp (every rank holds the whole model and "
-                          "optimizer; gradients are averaged) or fsdp2 (torch's fully_shard "
-                          "per decoder layer: parameters, gradients and optimizer state split "
-                          "over the ranks and gathered layer by layer for every forward pass, "
-                          "generation included; for models that do not fit on one device; "
-                          "bf16 computes in bf16 over float32 shards). Checkpoints hold the "
-                          "full model either way; an fsdp2 run resumes on as many processes. "
-                          "One process has nothing to shard and trains the same either way.")
+    parallelism: Parallelism = _f("ddp", "Distributed runs: ddp (every rank holds the whole model "
+                                  "and optimizer; gradients are averaged) or fsdp2 (torch's "
+                                  "fully_shard per decoder layer: parameters, gradients and "
+                                  "optimizer state split over the ranks and gathered layer by "
+                                  "layer for every forward pass, generation included; for models "
+                                  "that do not fit on one device; bf16 computes in bf16 over "
+                                  "float32 shards). Checkpoints hold the full model either way; an "
+                                  "fsdp2 run resumes on as many processes. One process has nothing "
+                                  "to shard and trains the same either way.")
 
 
 @dataclass(frozen=True)

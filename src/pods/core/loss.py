@@ -8,18 +8,21 @@ B sequences (the kept P*m rollouts, or a micro-batch of them) of T completion to
 then reduced by one of the normalisations in use (``NORMS``). With one update per
 generation batch (the paper's setting) old_logp = logp.detach(), the ratio is 1 and the
 gradient is REINFORCE's with advantage A.
+
+``PolicyLoss`` holds the settings (eps, eps_high, beta, the normalisation) and is called on
+the tensors, as torchtune's losses are; ``policy_loss`` is the one with the defaults.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
 Norm = Literal["sequence", "token", "constant"]
-NORMS: tuple[str, ...] = ("sequence", "token", "constant")
+NORMS: tuple[str, ...] = get_args(Norm)
 
 
 @dataclass(frozen=True)
@@ -36,64 +39,84 @@ class LossStats:
         return {prefix + k: float(v) for k, v in asdict(self).items()}
 
 
-def policy_loss(
-    logp: Tensor,
-    old_logp: Tensor | None,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    eps: float = 0.2,
-    eps_high: float | None = None,
-    beta: float = 0.0,
-    ref_logp: Tensor | None = None,
-    norm: Norm = "sequence",
-    normalizer: float | None = None,
-) -> tuple[Tensor, LossStats]:
-    """Clipped surrogate loss and its stats.
+@dataclass(frozen=True)
+class PolicyLoss:
+    """The clipped surrogate loss with its settings (checked when made); call it on a
+    batch's tensors for ``(loss, LossStats)``:
 
-    logp: [B, T] log-probs of the sampled tokens under the current policy (with grad).
-    old_logp: [B, T] the same under the policy that generated them; None means
-        ``logp.detach()`` (one update per generation batch: ratio 1).
-    advantages: [B] one advantage per sequence.
-    mask: [B, T] 1 for completion tokens, 0 for padding.
-    eps, eps_high: the ratio is clipped to [1 - eps, 1 + eps_high]; eps_high defaults to eps
-        (DAPO's clip-higher, Yu et al. 2025, arXiv 2503.14476, raises only eps_high).
-    beta: weight of the per-token k3 KL estimate exp(q) - q - 1, q = ref_logp - logp
-        (Schulman's estimator, as in DeepSeekMath's GRPO); needs ``ref_logp`` [B, T].
-    norm: how token losses become one number:
-        "sequence" - mean over each sequence's tokens, then sum / normalizer, normalizer =
-                     number of sequences (GRPO and the PODS paper);
-        "token"    - sum over all tokens / normalizer, normalizer = number of completion
-                     tokens (DAPO);
-        "constant" - sum over all tokens / normalizer, normalizer = sequences x the
-                     generation budget in tokens (Dr. GRPO, arXiv 2503.20783).
-    normalizer: the divisor above (``loss_normalizer``). Defaults to this batch's own value
-        (B, mask.sum(), B*T).
-        Under gradient accumulation pass the value of the whole batch, so that the
-        micro-batch losses add up to the full-batch loss.
+        loss_fn = PolicyLoss(eps=0.2, eps_high=0.28, beta=0.04, norm="token")
+        loss, stats = loss_fn(logp, old_logp, advantages, mask, ref_logp=ref_logp)
 
-    Returns (loss, stats): a scalar tensor and detached ``LossStats``.
-    """
-    _check_args(logp, old_logp, advantages, mask, eps, eps_high, beta, ref_logp, norm)
-    eps_high = eps if eps_high is None else eps_high
-    mask = mask.to(logp.dtype)  # [B, T]
-    old_logp = logp.detach() if old_logp is None else old_logp
-    adv = advantages.to(logp.dtype).unsqueeze(1)  # [B, 1]
-    ratio = torch.exp(logp - old_logp)  # [B, T]
-    clipped = ratio.clamp(1.0 - eps, 1.0 + eps_high)  # [B, T]
-    token_loss = -torch.minimum(ratio * adv, clipped * adv)  # [B, T]
-    kl = torch.zeros_like(logp)  # [B, T]
-    if beta:
-        q = ref_logp - logp  # [B, T]
-        kl = torch.exp(q) - q - 1.0
-        token_loss = token_loss + beta * kl
-    loss = _reduce(token_loss, mask, norm, normalizer)
-    stats = _stats(ratio.detach(), adv, mask, kl.detach(), eps, eps_high)
-    return loss, stats
+    ``policy_loss`` is the one with the defaults (GRPO's and the paper's)."""
+
+    eps: float = 0.2  # the ratio is clipped to [1 - eps, 1 + eps_high]
+    eps_high: float | None = None  # None: eps (DAPO's clip-higher, Yu et al. 2025, arXiv
+    # 2503.14476, raises only eps_high)
+    beta: float = 0.0  # weight of the per-token k3 KL estimate exp(q) - q - 1,
+    # q = ref_logp - logp (Schulman's estimator, as in DeepSeekMath's GRPO); > 0 needs
+    # ref_logp
+    norm: Norm = "sequence"  # how token losses become one number:
+    #   "sequence" - mean over each sequence's tokens, then sum / normalizer, normalizer =
+    #                number of sequences (GRPO and the PODS paper);
+    #   "token"    - sum over all tokens / normalizer, normalizer = number of completion
+    #                tokens (DAPO);
+    #   "constant" - sum over all tokens / normalizer, normalizer = sequences x the
+    #                generation budget in tokens (Dr. GRPO, arXiv 2503.20783).
+
+    def __post_init__(self) -> None:
+        if self.norm not in NORMS:
+            raise ValueError(f"unknown loss normalisation {self.norm!r}; use one of "
+                             f"{', '.join(NORMS)}.")
+        if self.eps <= 0 or (self.eps_high is not None and self.eps_high <= 0):
+            raise ValueError(f"clip ranges must be positive, got eps={self.eps}, "
+                             f"eps_high={self.eps_high}.")
+        if self.beta < 0:
+            raise ValueError(f"beta (KL weight) must be >= 0, got {self.beta}.")
+
+    def __call__(self, logp: Tensor, old_logp: Tensor | None, advantages: Tensor,
+                 mask: Tensor, ref_logp: Tensor | None = None,
+                 normalizer: float | None = None) -> tuple[Tensor, LossStats]:
+        """Clipped surrogate loss and its stats.
+
+        logp: [B, T] log-probs of the sampled tokens under the current policy (with grad).
+        old_logp: [B, T] the same under the policy that generated them; None means
+            ``logp.detach()`` (one update per generation batch: ratio 1).
+        advantages: [B] one advantage per sequence.
+        mask: [B, T] 1 for completion tokens, 0 for padding.
+        ref_logp: [B, T] the reference policy's log-probs, for the KL term (beta > 0).
+        normalizer: the divisor of ``norm`` (``loss_normalizer``). Defaults to this batch's
+            own value (B, mask.sum(), B*T). Under gradient accumulation pass the value of
+            the whole batch, so that the micro-batch losses add up to the full-batch loss.
+
+        Returns (loss, stats): a scalar tensor and detached ``LossStats``.
+        """
+        _check_shapes(logp, old_logp, advantages, mask, ref_logp)
+        if self.beta and ref_logp is None:
+            raise ValueError("beta > 0 needs ref_logp, the reference policy's log-probs "
+                             "[B, T]; pass them or set beta=0.")
+        eps = self.eps
+        eps_high = eps if self.eps_high is None else self.eps_high
+        mask = mask.to(logp.dtype)  # [B, T]
+        old_logp = logp.detach() if old_logp is None else old_logp
+        adv = advantages.to(logp.dtype).unsqueeze(1)  # [B, 1]
+        ratio = torch.exp(logp - old_logp)  # [B, T]
+        clipped = ratio.clamp(1.0 - eps, 1.0 + eps_high)  # [B, T]
+        token_loss = -torch.minimum(ratio * adv, clipped * adv)  # [B, T]
+        kl = torch.zeros_like(logp)  # [B, T]
+        if self.beta:
+            q = ref_logp - logp  # [B, T]
+            kl = torch.exp(q) - q - 1.0
+            token_loss = token_loss + self.beta * kl
+        loss = _reduce(token_loss, mask, self.norm, normalizer)
+        stats = _stats(ratio.detach(), adv, mask, kl.detach(), eps, eps_high)
+        return loss, stats
+
+
+policy_loss = PolicyLoss()  # the loss with its defaults: policy_loss(logp, None, adv, mask)
 
 
 def loss_normalizer(norm: str, sequences: float, tokens: float, budget: int) -> float:
-    """The divisor of ``norm`` (see ``policy_loss``) for a batch of ``sequences`` sequences
+    """The divisor of ``norm`` (see ``PolicyLoss``) for a batch of ``sequences`` sequences
     holding ``tokens`` completion tokens, generated with a budget of ``budget`` tokens each:
     sequence -> sequences; token -> tokens (at least 1); constant -> sequences * budget."""
     if norm == "sequence":
@@ -126,7 +149,8 @@ def _stats(ratio: Tensor, adv: Tensor, mask: Tensor, kl: Tensor, eps: float,
                      ratio_mean=mean(ratio), kl=mean(kl))
 
 
-def _check_args(logp, old_logp, advantages, mask, eps, eps_high, beta, ref_logp, norm):
+def _check_shapes(logp: Tensor, old_logp: Tensor | None, advantages: Tensor, mask: Tensor,
+                  ref_logp: Tensor | None) -> None:
     if logp.dim() != 2:
         raise ValueError(f"logp must have shape [B, T], got {tuple(logp.shape)}.")
     B, T = logp.shape
@@ -137,12 +161,3 @@ def _check_args(logp, old_logp, advantages, mask, eps, eps_high, beta, ref_logp,
     if tuple(advantages.shape) != (B,):
         raise ValueError(f"advantages must have shape [B] = [{B}] (one per sequence), "
                          f"got {tuple(advantages.shape)}.")
-    if norm not in NORMS:
-        raise ValueError(f"unknown loss normalisation {norm!r}; use one of {', '.join(NORMS)}.")
-    if eps <= 0 or (eps_high is not None and eps_high <= 0):
-        raise ValueError(f"clip ranges must be positive, got eps={eps}, eps_high={eps_high}.")
-    if beta < 0:
-        raise ValueError(f"beta (KL weight) must be >= 0, got {beta}.")
-    if beta and ref_logp is None:
-        raise ValueError("beta > 0 needs ref_logp, the reference policy's log-probs [B, T]; "
-                         "pass them or set beta=0.")

@@ -73,7 +73,7 @@ def build_model(recipe: TinyRecipe, tokenizer: PreTrainedTokenizerFast) -> Qwen2
 def tiny_model_path(task, recipe: TinyRecipe | None = None, log=print) -> Path:
     """Folder of the warmed-up embedded model for ``task``; built on first use (a minute
     or two on a laptop CPU), then reused."""
-    from pods.models.warmup import supervised_warmup
+    from pods.models.warmup import WarmupPlan, supervised_warmup
 
     recipe = recipe or TinyRecipe(alphabet=task.alphabet, task=task.name)
     path = cache_dir() / f"tiny-qwen2-{recipe.task}-{recipe.key()}"
@@ -82,9 +82,8 @@ def tiny_model_path(task, recipe: TinyRecipe | None = None, log=print) -> Path:
     log(f"building the embedded model (first use only): {path}")
     tokenizer = build_tokenizer(recipe.alphabet)
     model = build_model(recipe, tokenizer)
-    supervised_warmup(model, tokenizer, task.train(), steps=recipe.sft_steps,
-                      batch_size=recipe.sft_batch_size, lr=recipe.sft_lr, seed=recipe.seed,
-                      log=log)
+    plan = WarmupPlan(recipe.sft_steps, recipe.sft_batch_size, recipe.sft_lr, recipe.seed)
+    supervised_warmup(model, tokenizer, task.train(), plan, log=log)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=".build-"))
     model.save_pretrained(tmp)

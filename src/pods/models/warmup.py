@@ -7,6 +7,7 @@ instruct model does before RL). Deterministic for a given seed.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -33,16 +34,27 @@ def answer_batch(tokenizer, problems: list[Problem]) -> tuple[torch.Tensor, torc
     return ids, lab
 
 
-def supervised_warmup(model, tokenizer, problems: list[Problem], steps: int, batch_size: int,
-                      lr: float, seed: int = 0, log=print) -> None:
-    """``steps`` AdamW steps on random batches of ``problems`` (in place)."""
-    rng = np.random.default_rng(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+@dataclass(frozen=True)
+class WarmupPlan:
+    """How long and how fast the warm-up trains."""
+
+    steps: int  # AdamW steps
+    batch_size: int  # problems per step, drawn at random (with replacement)
+    lr: float  # AdamW learning rate (constant; no weight decay)
+    seed: int = 0  # the draws of the batches
+
+
+def supervised_warmup(model, tokenizer, problems: list[Problem], plan: WarmupPlan,
+                      log=print) -> None:
+    """``plan.steps`` AdamW steps on random batches of ``problems`` (in place)."""
+    rng = np.random.default_rng(plan.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=plan.lr, weight_decay=0.0)
     device = next(model.parameters()).device
     model.train()
     start = time.perf_counter()
+    steps = plan.steps
     for step in range(1, steps + 1):
-        batch = [problems[i] for i in rng.integers(0, len(problems), size=batch_size)]
+        batch = [problems[i] for i in rng.integers(0, len(problems), size=plan.batch_size)]
         ids, labels = (t.to(device) for t in answer_batch(tokenizer, batch))
         mask = (ids != tokenizer.pad_token_id).long()
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss

@@ -3,11 +3,11 @@
     hf     transformers ``generate`` on the trainer's own module (pods.rollout.hf)
     vllm   vLLM in this process, colocated, weight-synced (pods.rollout.vllm)
 
-``ENGINES`` maps each name to its module, which defines ``build(options, model, tokenizer,
-device, *, max_model_len, seed, world, sharded, dtype) -> Engine`` and may define
-``check(options, device, sharded)``, raising a ValueError for settings it cannot run,
-before any model loads. ``make_engine`` builds the one a config asks for; training and
-evaluation use the same. An engine generates the n rollouts of P prompts
+``ENGINES`` maps each name to its module, which defines ``build(spec, model, tokenizer) ->
+Engine`` (``spec``: an ``EngineSpec``, the run's rollout config group, device, sizes and
+seed) and may define ``check(options, device, sharded)``, raising a ValueError for settings
+it cannot run, before any model loads. ``make_engine`` builds the one a spec asks for;
+training and evaluation use the same. An engine generates the n rollouts of P prompts
 (``Engine.generate``) and takes new weights (``Engine.sync_weights``). Randomness is keyed
 per rollout (pods.rollout.sampling). A new engine is its module and one line in ``ENGINES``.
 """
@@ -19,13 +19,13 @@ import importlib
 import torch
 
 from pods.config.groups import RolloutConfig
-from pods.rollout.base import Engine, Rollouts, completion_mask
-from pods.rollout.hf import HFEngine, generate
+from pods.rollout.base import Engine, EngineSpec, Rollouts, completion_mask
+from pods.rollout.hf import HFEngine, SamplingRequest, generate
 from pods.rollout.sampling import KeyedSampler, mix32, rollout_keys, sample_keys
 
-__all__ = ["ENGINES", "Engine", "HFEngine", "KeyedSampler", "Rollouts", "completion_mask",
-           "engine_names", "generate", "make_engine", "mix32", "resolve_engine",
-           "rollout_keys", "sample_keys"]
+__all__ = ["ENGINES", "Engine", "EngineSpec", "HFEngine", "KeyedSampler", "Rollouts",
+           "SamplingRequest", "completion_mask", "engine_names", "generate", "make_engine",
+           "mix32", "resolve_engine", "rollout_keys", "sample_keys"]
 
 ENGINES: dict[str, object] = {  # name -> the module that builds it (or an object with build)
     "hf": "pods.rollout.hf",
@@ -58,12 +58,8 @@ def resolve_engine(options: RolloutConfig, device: torch.device, sharded: bool =
     return name
 
 
-def make_engine(options: RolloutConfig, model, tokenizer, device: torch.device, *,
-                max_model_len: int = 1024, seed: int = 0, world: int = 1,
-                sharded: bool = False, dtype: torch.dtype | None = None) -> Engine:
-    """The engine ``options`` names, generating from ``model``'s current weights;
-    ``max_model_len`` (prompt + completion tokens) and ``seed`` size and seed vLLM.
-    ``dtype``: the dtype to sample in when it is not the weights' (mixed precision)."""
-    name = resolve_engine(options, device, sharded)
-    return _module(name).build(options, model, tokenizer, device, max_model_len=max_model_len,
-                               seed=seed, world=world, sharded=sharded, dtype=dtype)
+def make_engine(spec: EngineSpec, model, tokenizer) -> Engine:
+    """The engine ``spec.rollout`` names (auto resolved for ``spec.device``), generating
+    from ``model``'s current weights."""
+    name = resolve_engine(spec.rollout, spec.device, spec.sharded)
+    return _module(name).build(spec, model, tokenizer)

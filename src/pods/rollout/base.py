@@ -1,4 +1,5 @@
-"""What every engine returns, and the interface the trainer and evaluation call.
+"""What every engine is built from (``EngineSpec``), what it returns (``Rollouts``), and the
+interface the trainer and evaluation call (``Engine``).
 
 Row p*n + j of every tensor is rollout j of prompt p (P prompts, n rollouts each).
 """
@@ -11,6 +12,25 @@ from typing import Protocol
 
 import torch
 from torch import Tensor
+
+from pods.config.groups import RolloutConfig
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Everything an engine is built from besides the model and tokenizer, fixed for a run:
+    ``pods.rollout.make_engine(spec, model, tokenizer)`` and each engine module's
+    ``build(spec, model, tokenizer)`` take it."""
+
+    rollout: RolloutConfig  # which engine (engine: hf, vllm, auto) and its settings
+    # (gen_batch_size, vllm_gpu_memory_utilization, vllm_sleep, vllm_seeded)
+    device: torch.device  # where the trainer's model sits (auto takes vllm on a GPU only)
+    max_model_len: int = 1024  # prompt + completion tokens one sequence may hold (vLLM)
+    seed: int = 0  # the run's seed (vLLM's own generator, used when vllm_seeded is off)
+    world: int = 1  # processes under data parallelism (vLLM joins their process group)
+    sharded: bool = False  # FSDP: every forward pass is a collective (hf: synced_gpus)
+    dtype: torch.dtype | None = None  # to sample in, where not the weights' own (mixed
+    # precision); None: the weights' dtype
 
 
 @dataclass

@@ -4,11 +4,27 @@ the sampler is ``KeyedSampler`` (pods.rollout.sampling)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
-from pods.rollout.base import ModelOwnedEngine, Rollouts, encode_prompts, finish
+from pods.rollout.base import EngineSpec, ModelOwnedEngine, Rollouts, encode_prompts, finish
 from pods.rollout.sampling import KeyedSampler, rollout_keys
+
+
+@dataclass(frozen=True)
+class SamplingRequest:
+    """What ``generate`` is asked for: n completions of each of the P prompts."""
+
+    prompts: list[str]  # [P]
+    n: int  # completions per prompt
+    temperature: float  # sampled from softmax(logits / T); 0 decodes greedily
+    max_new_tokens: int  # the completion length limit
+    keys: Tensor | None = None  # [P] int64: each prompt's random stream (``sample_keys``);
+    # None draws them from torch's global RNG
+    add_special_tokens: bool = True  # False for prompts rendered by a chat template
+    # (pods.rollout.prompts), which hold their special tokens already
 
 
 class HFEngine(ModelOwnedEngine):
@@ -34,8 +50,9 @@ class HFEngine(ModelOwnedEngine):
         was_training = model.training
         model.eval()
         try:
-            return generate(model, self.tokenizer, prompts, n, temperature,
-                            max_new_tokens, self.chunk, add_special_tokens, keys, self.synced)
+            request = SamplingRequest(prompts, n, temperature, max_new_tokens, keys,
+                                      add_special_tokens)
+            return generate(model, self.tokenizer, request, self.chunk, self.synced)
         finally:
             model.train(was_training)
 
@@ -45,29 +62,26 @@ class HFEngine(ModelOwnedEngine):
 
 
 @torch.no_grad()
-def generate(model, tokenizer, prompts: list[str], n: int, temperature: float,
-             max_new_tokens: int, chunk: int, add_special_tokens: bool = True,
-             keys: Tensor | None = None, synced: bool = False) -> Rollouts:
-    """n completions of each prompt; temperature 0 decodes greedily. ``add_special_tokens``
-    is False for prompts rendered by a chat template (see pods.rollout.prompts). ``keys`` [P] int64
-    names each prompt's random stream (see ``sample_keys``); None draws them from torch's
-    global RNG. ``synced``: under FSDP every forward pass is a collective, so all ranks keep
-    stepping until the last one is done (all must pass as many rows)."""
+def generate(model, tokenizer, request: SamplingRequest, chunk: int,
+             synced: bool = False) -> Rollouts:
+    """``request.n`` completions of each of ``request.prompts``, ``chunk`` sequences per
+    ``model.generate`` call. ``synced``: under FSDP every forward pass is a collective, so
+    all ranks keep stepping until the last one is done (all must pass as many rows)."""
     device = next(model.parameters()).device
-    prompt_ids, prompt_mask = encode_prompts(tokenizer, prompts, n, add_special_tokens,
+    r = request
+    prompt_ids, prompt_mask = encode_prompts(tokenizer, r.prompts, r.n, r.add_special_tokens,
                                              device)  # [P*n, Lp] each
-    if keys is None:
-        keys = torch.randint(0, 2**31, (len(prompts),))
-    row_keys = rollout_keys(keys, n)  # [P*n]
+    keys = torch.randint(0, 2**31, (len(r.prompts),)) if r.keys is None else r.keys  # [P]
+    row_keys = rollout_keys(keys, r.n)  # [P*n]
     pieces = []
     for start in range(0, prompt_ids.shape[0], chunk):
         part = slice(start, start + chunk)
         # Greedy over the keyed sampler's scores is sampling from softmax(logits / T): no
         # top-k/top-p/repetition penalty (a model's generation_config may set them), or the
         # log-probs of the update would not be those of the sampling policy.
-        processors = [KeyedSampler(row_keys[part], temperature)] if temperature > 0 else []
+        processors = [KeyedSampler(row_keys[part], r.temperature)] if r.temperature > 0 else []
         out = model.generate(input_ids=prompt_ids[part], attention_mask=prompt_mask[part],
-                             max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                             max_new_tokens=r.max_new_tokens, pad_token_id=tokenizer.pad_token_id,
                              eos_token_id=tokenizer.eos_token_id, do_sample=False,
                              repetition_penalty=1.0, logits_processor=processors,
                              synced_gpus=synced)
@@ -79,7 +93,8 @@ def generate(model, tokenizer, prompts: list[str], n: int, temperature: float,
     return finish(tokenizer, prompt_ids, prompt_mask, completion_ids)
 
 
-def build(options, model, tokenizer, device: torch.device, *, max_model_len: int, seed: int,
-          world: int, sharded: bool, dtype: torch.dtype | None) -> HFEngine:
-    """The hf engine for ``pods.rollout.make_engine`` (``options``: a RolloutConfig)."""
-    return HFEngine(model, tokenizer, options.gen_batch_size, synced=sharded, dtype=dtype)
+def build(spec: EngineSpec, model, tokenizer) -> HFEngine:
+    """The hf engine for ``pods.rollout.make_engine``: ``gen_batch_size`` sequences at a
+    time, synced under FSDP, sampling in ``spec.dtype``."""
+    return HFEngine(model, tokenizer, spec.rollout.gen_batch_size, synced=spec.sharded,
+                    dtype=spec.dtype)

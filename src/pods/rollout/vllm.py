@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from pods.models.merge import merged_state_dict
-from pods.rollout.base import Rollouts, encode_prompts, finish
+from pods.rollout.base import EngineSpec, Rollouts, encode_prompts, finish
 from pods.rollout.sampling import rollout_keys
 
 INSTALL = ("the vllm engine needs vLLM: on a GPU machine `pip install 'pods-rl[vllm]'`; on a "
@@ -37,13 +37,13 @@ CPU_KV_CACHE_GB = "2"  # vLLM's CPU KV cache when VLLM_CPU_KVCACHE_SPACE is not 
 class VLLMEngine:
     name = "vllm"
 
-    def __init__(self, model, tokenizer, max_model_len: int, max_num_seqs: int,
-                 gpu_memory_utilization: float = 0.3, sleep: bool = False, seed: int = 0,
-                 world: int = 1, dtype: torch.dtype | None = None, seeded: bool = True):
-        """``dtype``: what vLLM computes in (default: the model's own); weights sent by
-        ``sync_weights`` are cast to it. ``seeded``: one seed per request (the rollout's
-        key); False: vLLM's generator, seeded with ``seed`` once (faster; see
-        RolloutConfig.vllm_seeded)."""
+    def __init__(self, spec: EngineSpec, model, tokenizer):
+        """From ``spec``: ``max_model_len``; the rollout group's ``gen_batch_size`` (vLLM's
+        max_num_seqs), ``vllm_gpu_memory_utilization``, ``vllm_sleep`` and ``vllm_seeded``
+        (one seed per request, the rollout's key; off: vLLM's generator, seeded with
+        ``spec.seed`` once, faster); ``world`` (> 1: join the launcher's process group);
+        ``dtype``: what vLLM computes in (default: the model's own), which the weights sent
+        by ``sync_weights`` are cast to."""
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GB)
         if os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0":
@@ -57,22 +57,26 @@ class VLLMEngine:
             from vllm.platforms import current_platform
         except ImportError as error:
             raise ImportError(f"{INSTALL} ({error})") from None
+        options = spec.rollout
         base = model.get_base_model() if hasattr(model, "peft_config") else model
-        max_model_len = min(max_model_len, getattr(base.config, "max_position_embeddings",
-                                                   None) or max_model_len)
-        extra = {"distributed_executor_backend": "external_launcher"} if world > 1 else {}
+        max_model_len = min(spec.max_model_len, getattr(
+            base.config, "max_position_embeddings", None) or spec.max_model_len)
+        extra = {"distributed_executor_backend": "external_launcher"} if spec.world > 1 else {}
         if current_platform.is_cpu():
             # A prefill split over steps rewinds the request's generator, which CPU
             # generators cannot do ("CPU Generator does not use offset"): whole prompts only.
             extra.update(enable_chunked_prefill=False,
                          max_num_batched_tokens=max(max_model_len, 8192))
-        self.tokenizer, self.sleep, self.seeded = tokenizer, sleep, seeded
+        self.tokenizer = tokenizer
+        self.sleep, self.seeded = options.vllm_sleep, options.vllm_seeded
         self.llm = LLM(
-            model=base.name_or_path, dtype=str(dtype or base.dtype).removeprefix("torch."),
-            load_format="dummy", generation_config="vllm", seed=seed,
+            model=base.name_or_path,
+            dtype=str(spec.dtype or base.dtype).removeprefix("torch."),
+            load_format="dummy", generation_config="vllm", seed=spec.seed,
             logprobs_mode="processed_logprobs", enable_prefix_caching=True,
-            max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-            gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=sleep, **extra)
+            max_model_len=max_model_len, max_num_seqs=options.gen_batch_size,
+            gpu_memory_utilization=options.vllm_gpu_memory_utilization,
+            enable_sleep_mode=options.vllm_sleep, **extra)
         self.sync_weights(model)
 
     def generate(self, prompts: list[str], n: int, temperature: float, max_new_tokens: int,
@@ -141,11 +145,6 @@ def check(options, device: torch.device, sharded: bool) -> None:
                          "nothing on a CPU: drop --vllm-sleep.")
 
 
-def build(options, model, tokenizer, device: torch.device, *, max_model_len: int, seed: int,
-          world: int, sharded: bool, dtype: torch.dtype | None) -> VLLMEngine:
-    """The vllm engine for ``pods.rollout.make_engine`` (``options``: a RolloutConfig)."""
-    return VLLMEngine(model, tokenizer, max_model_len=max_model_len,
-                      max_num_seqs=options.gen_batch_size,
-                      gpu_memory_utilization=options.vllm_gpu_memory_utilization,
-                      sleep=options.vllm_sleep, seed=seed, world=world, dtype=dtype,
-                      seeded=options.vllm_seeded)
+def build(spec: EngineSpec, model, tokenizer) -> VLLMEngine:
+    """The vllm engine for ``pods.rollout.make_engine``."""
+    return VLLMEngine(spec, model, tokenizer)

@@ -1,7 +1,7 @@
 """Run untrusted, model-written Python programs, each in its own sandboxed process.
 
-    from pods.sandbox import run_python
-    result = run_python(code, stdin="", timeout_s=2.0, memory_mb=512)
+    from pods.sandbox import Limits, run_python
+    result = run_python(code, stdin="", limits=Limits(timeout_s=2.0, memory_mb=512))
     result.status      # "ok", "error", "timeout", "memory" or "killed"
     result.stdout, result.stderr, result.returncode
 
@@ -56,6 +56,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from pods.sandbox.commands import DEFAULT_OUTPUT_LIMIT, MAX_PROCESSES
 from pods.sandbox.isolation import (
     BUILDERS,
     CODE_ON_STDIN,
@@ -69,12 +70,12 @@ from pods.sandbox.isolation import (
 )
 from pods.sandbox.process import classify, execute
 
-__all__ = ["DEFAULT_OUTPUT_LIMIT", "ENV_VAR", "MODES", "TIMEOUT_SLACK_S", "RunResult",
-           "SandboxUnavailable", "available_modes", "default_workers", "run_many", "run_python"]
+__all__ = ["DEFAULT_LIMITS", "DEFAULT_OUTPUT_LIMIT", "ENV_VAR", "MAX_PROCESSES", "MODES",
+           "TIMEOUT_SLACK_S", "Limits", "RunResult", "SandboxUnavailable", "available_modes",
+           "default_workers", "run_many", "run_python"]
 
-DEFAULT_OUTPUT_LIMIT = 1 << 20  # bytes kept per stream (expected outputs can exceed 64 KiB)
 TIMEOUT_SLACK_S = 2.0  # a call returns within timeout_s + this (typically ~0.05 s)
-MAX_PROCESSES = 32  # per program, threads included; see the trust boundary
+DEFAULT_LIMITS = Limits()  # 2 s, 512 MiB per process, 64 MiB tmpfs, 32 processes, 1 MiB out
 
 
 @dataclass(frozen=True)
@@ -91,33 +92,27 @@ class RunResult:
     isolation: str = ""
 
 
-def run_python(code: str, stdin: str | bytes = "", timeout_s: float = 2.0,
-               memory_mb: int = 512, *, isolation: str | None = None,
-               output_limit: int = DEFAULT_OUTPUT_LIMIT, disk_mb: int = 64,
-               max_processes: int = MAX_PROCESSES, site_packages: bool = False) -> RunResult:
-    """Run ``code`` as a Python program with ``stdin``; thread-safe.
+def run_python(code: str, stdin: str | bytes = "", limits: Limits = DEFAULT_LIMITS, *,
+               isolation: str | None = None, site_packages: bool = False) -> RunResult:
+    """Run ``code`` as a Python program with ``stdin`` within ``limits`` (``Limits``: wall
+    time, memory, disk, processes, output kept); thread-safe.
 
     Status: ``timeout`` if the wall deadline passed (or RLIMIT_CPU's SIGXCPU); ``memory`` if
     it failed with MemoryError (or another out-of-memory message) in stderr; ``killed`` if a
     signal ended it; ``error`` for a non-zero exit (an exception: traceback in stderr);
     ``ok`` otherwise. ``isolation``: "auto", "bwrap" or "unshare" (default $PODS_SANDBOX or
-    auto). ``disk_mb``: size of each private tmpfs (working directory, /tmp) and the largest
-    file. ``max_processes``: the program's processes and threads together. ``site_packages``:
-    run the caller's interpreter with its packages (its environment folder visible,
-    read-only) instead of the base interpreter and its standard library. Raises
-    SandboxUnavailable if no isolation works here."""
-    if timeout_s <= 0 or memory_mb <= 0 or output_limit < 0 or disk_mb <= 0:
-        raise ValueError("timeout_s, memory_mb and disk_mb must be positive")
+    auto). ``site_packages``: run the caller's interpreter with its packages (its
+    environment folder visible, read-only) instead of the base interpreter and its standard
+    library. Raises SandboxUnavailable if no isolation works here."""
     mode = resolve(isolation)
     start = time.monotonic()
     workdir = f"/tmp/pods-{secrets.token_hex(6)}"
     stdin_bytes = stdin.encode(errors="replace") if isinstance(stdin, str) else stdin
-    limits = Limits(timeout_s, memory_mb, disk_mb, max_processes)
     program = code.encode(errors="replace")
     out = execute(lambda fd: BUILDERS[mode](fd, len(program), workdir, limits,
                                             site_packages=site_packages),
-                  program, stdin_bytes, sandbox_env(workdir, site_packages), timeout_s,
-                  output_limit, CODE_ON_STDIN[mode])
+                  program, stdin_bytes, sandbox_env(workdir, site_packages), limits,
+                  CODE_ON_STDIN[mode])
     return RunResult(classify(out.returncode, out.timed_out, out.stderr_tail),
                      out.stdout.decode(errors="replace"), out.stderr.decode(errors="replace"),
                      out.returncode, out.truncated, time.monotonic() - start, mode)
@@ -133,7 +128,8 @@ def default_workers() -> int:
 
 def run_many(codes: Iterable[str], stdins: Iterable[str | bytes] | None = None, *,
              workers: int | None = None, **options) -> list[RunResult]:
-    """``[run_python(code, stdin, **options) ...]`` in order, ``workers`` at a time."""
+    """``[run_python(code, stdin, **options) ...]`` in order, ``workers`` at a time
+    (``options``: ``limits``, ``isolation``, ``site_packages``)."""
     codes = list(codes)
     stdins = [""] * len(codes) if stdins is None else list(stdins)
     if len(stdins) != len(codes):

@@ -49,14 +49,27 @@ _warned: set[str] = set()
 _warned_lock = threading.Lock()
 
 
+MAX_PROCESSES = 32  # per program, threads included; see the trust boundary
+DEFAULT_OUTPUT_LIMIT = 1 << 20  # bytes kept per stream (expected outputs can exceed 64 KiB)
+
+
 @dataclass(frozen=True)
 class Limits:
-    """Per-program limits (``processes`` counts the program's processes and threads)."""
+    """What one sandboxed program may use; checked when made."""
 
-    timeout_s: float
-    memory_mb: int
-    disk_mb: int
-    processes: int
+    timeout_s: float = 2.0  # wall-clock seconds from the sandbox's start (RLIMIT_CPU backs
+    # it up); for a pods.sandbox.pair Channel, the whole conversation's CPU-time backstop
+    memory_mb: int = 512  # RLIMIT_AS of each of the program's processes, MiB
+    disk_mb: int = 64  # size of each private tmpfs (working folder, /tmp) and largest file
+    max_processes: int = MAX_PROCESSES  # RLIMIT_NPROC: its processes and threads together
+    output_limit: int = DEFAULT_OUTPUT_LIMIT  # bytes of stdout and of stderr kept by
+    # run_python (the rest is read and dropped); a Channel caps its frames instead
+
+    def __post_init__(self) -> None:
+        if self.timeout_s <= 0 or self.memory_mb <= 0 or self.disk_mb <= 0:
+            raise ValueError("timeout_s, memory_mb and disk_mb must be positive")
+        if self.output_limit < 0:
+            raise ValueError(f"output_limit={self.output_limit} must be >= 0 (bytes kept)")
 
 
 def is_root() -> bool:
@@ -145,7 +158,7 @@ def rlimits(paths: dict[str, str], limits: Limits, helpers: int = 0) -> list[str
     size = limits.disk_mb << 20
     return [paths["prlimit"], f"--as={limits.memory_mb << 20}", f"--cpu={cpu}:{cpu + 1}",
             f"--fsize={size}", f"--nofile={OPEN_FILES}",
-            f"--nproc={limits.processes + helpers}", "--core=0", "--"]
+            f"--nproc={limits.max_processes + helpers}", "--core=0", "--"]
 
 
 def warn_once(key: str, message: str) -> None:

@@ -64,12 +64,13 @@ def _probe(mode: str) -> str | None:
     from pods.sandbox.process import execute
 
     workdir = "/tmp/pods-probe"
-    limits = Limits(timeout_s=20.0, memory_mb=512, disk_mb=1, processes=8)
+    limits = Limits(timeout_s=20.0, memory_mb=512, disk_mb=1, max_processes=8,
+                    output_limit=1 << 16)
     try:
         tools(mode)
         code = b"print('ok')"
         out = execute(lambda fd: BUILDERS[mode](fd, len(code), workdir, limits), code, b"",
-                      sandbox_env(workdir), limits.timeout_s, 1 << 16, CODE_ON_STDIN[mode])
+                      sandbox_env(workdir), limits, CODE_ON_STDIN[mode])
     except SandboxUnavailable as e:
         return str(e)
     except OSError as e:

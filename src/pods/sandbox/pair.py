@@ -4,7 +4,7 @@ its own: ``slot`` tells apart the sandboxes one thread holds open at once) with 
 and stdout as a channel of length-prefixed frames to this process, which relays between
 them (two programs never share a pipe, a file, a namespace or a uid).
 
-    with Channel(program_text, timeout_s=..., memory_mb=...) as a, Channel(...) as b:
+    with Channel(program_text, Limits(timeout_s=..., memory_mb=...)) as a, Channel(...) as b:
         a.send(frame_bytes)
         relay = Relay([a, b])
         payload = relay.next_frame(a, deadline)   # bytes, or None: ended, garbage, deadline
@@ -14,8 +14,9 @@ A program that announces a frame over ``max_frame`` bytes (or more than ``max_fr
 of frames not yet taken: this process never holds more), closes its stdout or misses the
 deadline gets None (its sandbox is then to be killed: leave the ``with``). stderr is
 drained and discarded but for its last bytes (``stderr_tail``), so a chatty program never
-blocks. The caller sets deadlines per exchange; ``timeout_s`` here is only the CPU-time
-backstop (RLIMIT_CPU) of the whole program, so give it the whole conversation's time.
+blocks. The caller sets deadlines per exchange; ``limits.timeout_s`` here is only the
+CPU-time backstop (RLIMIT_CPU) of the whole program, so give it the whole conversation's
+time (``limits.output_limit`` does not apply: ``max_frame`` bounds what is held).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import time
 from collections import deque
 from contextlib import ExitStack
 
-from pods.sandbox import MAX_PROCESSES
 from pods.sandbox.commands import uid_slot
 from pods.sandbox.isolation import BUILDERS, CODE_ON_STDIN, Limits, resolve, sandbox_env
 from pods.sandbox.process import CHUNK, TAIL, kill_sandbox, memory_file
@@ -42,14 +42,11 @@ class Channel:
     """One sandboxed program whose stdin/stdout carry frames; a context manager that kills
     the whole sandbox on exit."""
 
-    def __init__(self, program: str, *, timeout_s: float, memory_mb: int,
-                 isolation: str | None = None, disk_mb: int = 64,
+    def __init__(self, program: str, limits: Limits, *, isolation: str | None = None,
                  max_frame: int = DEFAULT_MAX_FRAME, slot: int = 0) -> None:
-        if timeout_s <= 0 or memory_mb <= 0 or disk_mb <= 0:
-            raise ValueError("timeout_s, memory_mb and disk_mb must be positive")
         self.mode, self.max_frame = resolve(isolation), max_frame
         self._program = program.encode(errors="replace")
-        self._limits, self._slot = (timeout_s, memory_mb, disk_mb), slot
+        self._limits, self._slot = limits, slot
         self.inbox: deque[bytes] = deque()
         self.stderr_tail, self.ended = b"", False
         self._outbox, self._buffer = bytearray(), bytearray()
@@ -58,13 +55,12 @@ class Channel:
     def __enter__(self) -> Channel:
         with ExitStack() as stack:
             stack.push(self)  # kill and count down if starting fails
-            timeout_s, memory_mb, disk_mb = self._limits
-            limits = Limits(timeout_s, memory_mb, disk_mb, MAX_PROCESSES)
             workdir = f"/tmp/pods-{secrets.token_hex(6)}"
             on_stdin = CODE_ON_STDIN[self.mode]
             code_fd = -1 if on_stdin else self._stack.enter_context(memory_file(self._program))
             with uid_slot(self._slot):  # as root, its own uid beside this thread's others
-                argv = BUILDERS[self.mode](code_fd, len(self._program), workdir, limits)
+                argv = BUILDERS[self.mode](code_fd, len(self._program), workdir,
+                                           self._limits)
             self.proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 env=sandbox_env(workdir), cwd="/", pass_fds=() if on_stdin else (code_fd,),

@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
+from pods.sandbox.commands import Limits
+
 CHUNK = 1 << 16
 TAIL = 4096  # last bytes of stderr kept for classification, even past the output limit
 KILL_WAIT_S = 5.0  # bound on waiting for a killed namespace to be torn down
@@ -105,25 +107,25 @@ class _Drain:
 
 
 def execute(argv_for: Callable[[int], Sequence[str]], code: bytes, stdin: bytes,
-            env: Mapping[str, str], timeout_s: float, output_limit: int,
-            code_on_stdin: bool = False) -> Outcome:
+            env: Mapping[str, str], limits: Limits, code_on_stdin: bool = False) -> Outcome:
     """Run ``argv_for(code_fd)``, a wrapper command that reads the program from ``code_fd``
-    (or, if ``code_on_stdin``, from the start of its stdin, ``stdin`` following), and kill its
-    whole sandbox at ``timeout_s`` (wall clock from the start)."""
+    (or, if ``code_on_stdin``, from the start of its stdin, ``stdin`` following), keep
+    ``limits.output_limit`` bytes of each stream, and kill its whole sandbox at
+    ``limits.timeout_s`` (wall clock from the start)."""
     with ExitStack() as stack:
         if code_on_stdin:
             code_fd, in_fd = -1, stack.enter_context(memory_file(code + stdin))
         else:
             code_fd = stack.enter_context(memory_file(code))
             in_fd = stack.enter_context(memory_file(stdin))
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + limits.timeout_s
         proc = subprocess.Popen(
             list(argv_for(code_fd)), stdin=in_fd, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, env=dict(env), cwd="/",
             pass_fds=() if code_on_stdin else (code_fd,), start_new_session=True)
         timed_out = True
         try:
-            drain = _Drain(proc, output_limit)
+            drain = _Drain(proc, limits.output_limit)
             timed_out = not (drain.run(deadline) and _wait(proc, deadline))
         finally:
             if timed_out or proc.poll() is None:

@@ -25,9 +25,10 @@ from pods.evaluation import Sampling, evaluate
 from pods.models.policy import load_policy, load_saved_policy
 from pods.models.precision import autocast, compute_dtype
 from pods.models.source import check_source
-from pods.rollout import make_engine, resolve_engine, sample_keys
+from pods.rollout import EngineSpec, make_engine, resolve_engine, sample_keys
 from pods.rollout.prompts import drop_long_prompts, render_prompts
 from pods.runtime import fsdp
+from pods.runtime.device import peak_memory_mb
 from pods.runtime.distributed import Dist, launched_world_size
 from pods.tasks import get_task
 from pods.tasks.scoring import Scorer, Scores
@@ -43,7 +44,7 @@ from pods.train.checks import check
 from pods.train.progress import Clock
 from pods.train.schedule import budget_progress, lr_multiplier
 from pods.train.selection import KeptBatch, rank_batch, select, selection_stats
-from pods.train.update import UpdateSpec, peak_memory_mb, policy_update
+from pods.train.update import UpdateSpec, policy_update
 
 
 @dataclass(frozen=True)
@@ -87,11 +88,11 @@ class Trainer:
         # wrapped: the model as accelerate wraps it (DDP, FSDP) for the training passes;
         # self.model stays the plain module for generation, evaluation and saving.
         self.model = self.dist.unwrap(self.wrapped)
-        self.engine = make_engine(
-            config.rollout, self.model, self.tokenizer, self.device,
+        self.engine = make_engine(EngineSpec(
+            config.rollout, self.device,
             max_model_len=config.task.max_prompt_tokens + config.rollout.max_new_tokens,
             seed=config.run.seed, world=self.dist.world, sharded=self.dist.sharded,
-            dtype=compute_dtype(config.model.mixed_precision))
+            dtype=compute_dtype(config.model.mixed_precision)), self.model, self.tokenizer)
         self.train_set, self.test_set, self.dropped = self._datasets()
         self.scorer = Scorer(self.task, config.task.reward_errors, warn=self.log,
                              truncated_reward=config.task.truncated_reward)

@@ -9,15 +9,13 @@
 
 from __future__ import annotations
 
-import resource
-import sys
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from pods.config.groups import LossConfig, OptimConfig
-from pods.core.loss import loss_normalizer, policy_loss
+from pods.core.loss import PolicyLoss, loss_normalizer
 from pods.models.logprobs import completion_logprobs
 from pods.rollout import Rollouts
 from pods.runtime.distributed import Dist
@@ -78,6 +76,7 @@ def policy_update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec
     dist = dist or Dist(world=1)
     batch, advantages = kept.rows, kept.advantages
     optim, loss_cfg, temperature = spec.optim, spec.loss, spec.temperature
+    loss_fn = PolicyLoss(loss_cfg.clip_eps, loss_cfg.clip_eps_high, loss_cfg.beta, loss_cfg.norm)
     base = dist.unwrap(model)  # no-grad passes and the LoRA switch skip the engine wrapper
     B = advantages.shape[0]
     parts = _micro_batches(B, optim.micro_batch_size)
@@ -99,11 +98,9 @@ def policy_update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec
                 if iteration == 0 and batch.logprobs is not None:  # still the sampling policy
                     gap += ((logp.detach() - batch.logprobs[part].to(logp.device)).abs()
                             * mask[part]).sum().item()
-                loss, stats = policy_loss(
+                loss, stats = loss_fn(
                     logp, None if old is None else old[part], advantages[part], mask[part],
-                    eps=loss_cfg.clip_eps, eps_high=loss_cfg.clip_eps_high,
-                    beta=loss_cfg.beta, ref_logp=None if ref is None else ref[part],
-                    norm=loss_cfg.norm, normalizer=normalizer)
+                    ref_logp=None if ref is None else ref[part], normalizer=normalizer)
                 dist.backward(loss)
             _add(totals, {"loss/loss": loss.item()}, 1.0)  # parts add up to the batch loss
             share = mask[part].sum().item() / max(mask.sum().item(), 1)  # token share
@@ -122,12 +119,3 @@ def policy_update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec
 def _add(totals: dict[str, float], values: dict[str, float], weight: float) -> None:
     for k, v in values.items():
         totals[k] = totals.get(k, 0.0) + weight * v
-
-
-def peak_memory_mb(device: torch.device) -> dict[str, float]:
-    """Peak resident memory of this process (and peak GPU memory on CUDA), in MB."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB on Linux, bytes on macOS
-    out = {"mem/peak_rss_mb": rss / (2**20 if sys.platform == "darwin" else 2**10)}
-    if device.type == "cuda":
-        out["mem/peak_gpu_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
-    return out

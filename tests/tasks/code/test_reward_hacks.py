@@ -27,12 +27,12 @@ from hacks import HACKS
 
 from fixture_data import FIXTURE_DATA
 from pods.config import CodeConfig
-from pods.sandbox import run_python
+from pods.sandbox import Limits, run_python
 from pods.sandbox.isolation import MODES, unusable_reason
 from pods.tasks import Problem
 from pods.tasks.code import tasks as code_tasks
 from pods.tasks.code import wire
-from pods.tasks.code.data import HUMANEVAL_FILE, humaneval_tests
+from pods.tasks.code.data import HUMANEVAL_FILE, Suite, humaneval_tests
 from pods.tasks.code.tasks import CodeTask
 
 REQUIRED = set(filter(None, os.environ.get("PODS_SANDBOX_REQUIRE", "").split(",")))
@@ -90,7 +90,7 @@ def judged(row: dict, program: str) -> tuple[float, bool]:
 def one_process(row: dict, program: str) -> bool:
     """The test as pods ran it before the judge: one process, passed if it exits 0."""
     text = f"{row['prompt']}\n{program}\n{row['test']}\ncheck({row['entry_point']})\n"
-    return run_python(text, "", 2.0, 512).status == "ok"
+    return run_python(text, "", Limits(2.0, 512)).status == "ok"
 
 
 def test_canonical_solutions_pass_and_none_fails(mode, humaneval):
@@ -138,6 +138,12 @@ def _processes_with(marker: str) -> list[int]:
 
 
 MBPP_STYLE = ["assert f(1) == 2", "assert f(2) == 4", "assert f(3) == 6"]
+ONE_S, TWO_S = Limits(1.0, 512), Limits(2.0, 512)  # each test's time, each process's memory
+
+
+def asserts(tests: list[str], setup: str = "") -> Suite:
+    """An assert suite (MBPP's kind): ``tests`` run after ``setup``."""
+    return Suite("assert", tuple(tests), setup=setup)
 
 
 def test_each_test_has_its_own_outcome_after_a_crash_or_a_timeout(mode):
@@ -146,10 +152,10 @@ def test_each_test_has_its_own_outcome_after_a_crash_or_a_timeout(mode):
     from pods.tasks.code.judge import run_asserts
 
     crash = "import os\ndef f(x):\n    if x == 2:\n        os._exit(0)\n    return 2 * x\n"
-    assert run_asserts(crash, "", MBPP_STYLE, [], 1.0, 512) == (True, False, True)
+    assert run_asserts(crash, asserts(MBPP_STYLE), ONE_S) == (True, False, True)
     hang = "def f(x):\n    while x == 2:\n        pass\n    return 2 * x\n"
-    assert run_asserts(hang, "", MBPP_STYLE, [], 1.0, 512) == (True, False, True)
-    assert run_asserts("def f(x):\n    return 2 * x\n", "", MBPP_STYLE, [], 1.0, 512,
+    assert run_asserts(hang, asserts(MBPP_STYLE), ONE_S) == (True, False, True)
+    assert run_asserts("def f(x):\n    return 2 * x\n", asserts(MBPP_STYLE), ONE_S,
                        start=1) == (True, True)
 
 
@@ -162,14 +168,14 @@ def test_the_program_runs_as_a_module_after_the_setup(mode, humaneval):
     program = "from __future__ import annotations\n" + row["prompt"] + \
         row["canonical_solution"] + "if __name__ == '__main__':\n    print(input())\n"
     assert judged(row, program) == (1.0, True)
-    assert run_asserts("def f(x):\n    return D[x]\n", "D = {1: 2}", ["assert f(1) == 2"],
-                       [], 1.0, 512) == (True,)
+    assert run_asserts("def f(x):\n    return D[x]\n",
+                       asserts(["assert f(1) == 2"], setup="D = {1: 2}"), ONE_S) == (True,)
     # a test that uses math without importing it gets the real module, not the program's
     fake = ("class math:\n    isclose = staticmethod(lambda *a, **k: True)\n"
             "def f(x):\n    return 0\n")
-    assert run_asserts(fake, "", ["assert math.isclose(f(1), 2.0)"], [], 1.0, 512) == (False,)
+    assert run_asserts(fake, asserts(["assert math.isclose(f(1), 2.0)"]), ONE_S) == (False,)
     honest = "import math\ndef f(x):\n    return 2.0 * x\n"
-    assert run_asserts(honest, "", ["assert math.isclose(f(1), 2.0)"], [], 1.0, 512) == (True,)
+    assert run_asserts(honest, asserts(["assert math.isclose(f(1), 2.0)"]), ONE_S) == (True,)
 
 
 def test_mbpp_functions_named_like_builtins_are_the_programs(mode):
@@ -194,7 +200,7 @@ def test_pairs_on_several_threads_keep_their_own_outcomes(mode):
 
     def run(k: int) -> tuple[bool, ...]:
         program = f"def f(x):\n    return 2 * x if x != {k} else 0\n"
-        return run_asserts(program, "", MBPP_STYLE, [], 2.0, 512)
+        return run_asserts(program, asserts(MBPP_STYLE), TWO_S)
 
     with ThreadPoolExecutor(4) as pool:
         outcomes = list(pool.map(run, [1, 2, 3, 4]))
@@ -208,8 +214,9 @@ def test_a_flood_of_frames_ends_the_channel_not_this_process(mode):
     from pods.sandbox.pair import Channel, Relay
 
     flood = "import os, struct\nwhile True:\n    os.write(1, struct.pack('>I', 1000) + b'x' * 1000)"
-    with Channel(flood, timeout_s=5.0, memory_mb=256, max_frame=1 << 16) as noisy, \
-            Channel("import time\ntime.sleep(9)", timeout_s=5.0, memory_mb=256) as quiet:
+    limits = Limits(timeout_s=5.0, memory_mb=256)
+    with Channel(flood, limits, max_frame=1 << 16) as noisy, \
+            Channel("import time\ntime.sleep(9)", limits) as quiet:
         relay = Relay([noisy, quiet])
         assert relay.next_frame(quiet, time.monotonic() + 1.0) is None
         assert noisy.ended and 0 < sum(map(len, noisy.inbox)) <= 1 << 16
@@ -226,7 +233,7 @@ def test_objects_of_the_solutions_classes_cross_as_handles(mode):
     tests = ["assert longest([Pair(1, 5), Pair(2, 3)]) == 4", "assert Pair(1, 2).b == 2",
              "assert list(evens(5)) == [0, 2, 4]", "assert Pair(1, 2) == Pair(1, 2)",
              "assert Pair(1, 2)"]
-    assert run_asserts(code, "", tests, [], 1.0, 512) == (True, True, True, False, False)
+    assert run_asserts(code, asserts(tests), ONE_S) == (True, True, True, False, False)
 
 
 LEETCODE = FIXTURE_DATA / "livecodebench"
@@ -247,21 +254,19 @@ CALL_HACKS = {
 def test_leetcode_call_hacks_score_zero(mode, name):
     from pods.tasks.code.judge import run_calls
 
-    cases = [("[1, 2]", "3"), ("[5, 1, 4]", "9")]
+    suite = Suite("call", (("[1, 2]", "3"), ("[5, 1, 4]", "9")), func="maxPair")
     honest = ("class Solution:\n    def maxPair(self, nums):\n"
               "        return sum(sorted(nums)[-2:])\n")
-    assert run_calls(honest, "maxPair", cases, 1.0, 512) == (True, True)
+    assert run_calls(honest, suite, ONE_S) == (True, True)
     chatty = "print('debug')\n" + honest.replace("return", "print(nums)\n        return")
-    assert run_calls(chatty, "maxPair", cases, 1.0, 512) == (True, True)  # prints: harmless
-    assert run_calls(CALL_HACKS[name], "maxPair", cases, 1.0, 512) == (False, False)
+    assert run_calls(chatty, suite, ONE_S) == (True, True)  # prints: harmless
+    assert run_calls(CALL_HACKS[name], suite, ONE_S) == (False, False)
 
 
 @pytest.mark.parametrize("program", [
     "import sys\nsys.exit(0)", "print('PASSED')\nprint('All tests passed')",
     "import os\nos.write(1, b'3\\n')\nos._exit(0)\n" "", "print('3' * (1 << 21))"])
 def test_stdio_needs_the_expected_output(mode, program):
-    from pods.tasks.code.data import Suite
-
     answer = Suite("stdio", (("1 2\n", "3\n"),)).to_answer()
     honest = "a, b = map(int, input().split())\nprint(a + b)"
     assert code_tasks.run_tests(honest, answer, 1, 2.0, 512) == (True,)

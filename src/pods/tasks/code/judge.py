@@ -26,11 +26,14 @@ import json
 import secrets
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
+from pods.sandbox import Limits
 from pods.sandbox.pair import Channel, Relay
 from pods.tasks.code import wire
+from pods.tasks.code.data import Suite
 
 
 @cache
@@ -55,21 +58,27 @@ def _loads(payload: bytes):
         return None
 
 
-def assert_session(code: str, setup: str, tests: list[str], names: list[str], start: int,
-                   timeout_s: float, memory_mb: int, results: list[bool]) -> int:
-    """Run ``tests[start:]`` on one solution/judge pair, setting ``results[i]`` for each
-    test the judge reported passed; returns where the next pair must start (len(tests)
-    when done or when the program never got ready)."""
+def _backstop(limits: Limits, cases: int) -> Limits:
+    """A session's sandbox limits for ``cases`` cases: each case's time is a deadline kept
+    here, so the sandbox's own (CPU) limit only backs up the whole session's, with one
+    case's time to spare."""
+    return replace(limits, timeout_s=limits.timeout_s * (cases + 1))
+
+
+def assert_session(code: str, suite: Suite, limits: Limits, start: int,
+                   results: list[bool]) -> int:
+    """Run the assert ``suite``'s tests from ``start`` on one solution/judge pair, setting
+    ``results[i]`` for each test the judge reported passed; returns where the next pair
+    must start (len(tests) when done or when the program never got ready)."""
+    tests, setup, timeout_s = list(suite.cases), suite.setup, limits.timeout_s
     nonce = secrets.token_hex(16)
-    budget = timeout_s * (len(tests) - start + 1)  # CPU backstop only: deadlines are here
+    budget = _backstop(limits, len(tests) - start)
     with ExitStack() as stack:
-        solution = stack.enter_context(Channel(_program("serve"), timeout_s=budget,
-                                               memory_mb=memory_mb))
-        judge = stack.enter_context(Channel(_program("judge"), timeout_s=budget,
-                                            memory_mb=memory_mb, slot=1))
+        solution = stack.enter_context(Channel(_program("serve"), budget))
+        judge = stack.enter_context(Channel(_program("judge"), budget, slot=1))
         _send(solution, {"setup": setup, "code": code})
         _send(judge, {"nonce": nonce, "setup": setup, "tests": tests[start:],
-                      "names": names, "start": start})
+                      "names": list(suite.names), "start": start})
         relay = Relay([solution, judge])
         if not _ready(relay, solution, time.monotonic() + timeout_s):
             return len(tests)
@@ -93,23 +102,24 @@ def assert_session(code: str, setup: str, tests: list[str], names: list[str], st
     return len(tests)
 
 
-def run_asserts(code: str, setup: str, tests: list[str], names: list[str], timeout_s: float,
-                memory_mb: int, start: int = 0) -> tuple[bool, ...]:
-    """Per test of ``tests[start:]``: whether the judge reported it passed. ``names``: the
-    solution's names the tests call even where ``setup`` defines them (HumanEval's entry
-    point, whose stub the prompt holds)."""
-    return _in_sessions(len(tests), start, lambda at, results: assert_session(
-        code, setup, tests, names, at, timeout_s, memory_mb, results))
+def run_asserts(code: str, suite: Suite, limits: Limits, start: int = 0) -> tuple[bool, ...]:
+    """Per test of the assert ``suite`` from ``start``: whether the judge reported it
+    passed. ``suite.setup`` runs before the program and before the tests; ``suite.names``:
+    the solution's names the tests call even where the setup defines them (HumanEval's
+    entry point, whose stub the prompt holds). ``limits.timeout_s``: each test's time."""
+    return _in_sessions(len(suite.cases), start, lambda at, results: assert_session(
+        code, suite, limits, at, results))
 
 
-def run_calls(code: str, func: str, cases: list[tuple[str, str]], timeout_s: float,
-              memory_mb: int, start: int = 0, setup: str = "") -> tuple[bool, ...]:
-    """Per (stdin lines of JSON arguments, expected JSON) case of ``cases[start:]``: whether
-    ``Solution().<func>(*args)`` returned the expected value, compared here as JSON would
-    (tuples as lists), on one solution sandbox (a fresh one after a failure that ends it);
-    ``setup`` runs before the program (the names LeetCode solutions use unimported)."""
-    return _in_sessions(len(cases), start, lambda at, results: _call_session(
-        code, setup, func, cases, at, timeout_s, memory_mb, results))
+def run_calls(code: str, suite: Suite, limits: Limits, start: int = 0,
+              setup: str = "") -> tuple[bool, ...]:
+    """Per (stdin lines of JSON arguments, expected JSON) case of the call ``suite`` from
+    ``start``: whether ``Solution().<suite.func>(*args)`` returned the expected value,
+    compared here as JSON would (tuples as lists), on one solution sandbox (a fresh one
+    after a failure that ends it); ``setup`` runs before the program (the names LeetCode
+    solutions use unimported). ``limits.timeout_s``: each case's time."""
+    return _in_sessions(len(suite.cases), start, lambda at, results: _call_session(
+        code, setup, suite, limits, at, results))
 
 
 def _in_sessions(count: int, start: int, session) -> tuple[bool, ...]:
@@ -122,10 +132,10 @@ def _in_sessions(count: int, start: int, session) -> tuple[bool, ...]:
     return tuple(results[first:])
 
 
-def _call_session(code: str, setup: str, func: str, cases: list[tuple[str, str]],
-                  start: int, timeout_s: float, memory_mb: int, results: list[bool]) -> int:
-    budget = timeout_s * (len(cases) - start + 1)
-    with Channel(_program("serve"), timeout_s=budget, memory_mb=memory_mb) as solution:
+def _call_session(code: str, setup: str, suite: Suite, limits: Limits, start: int,
+                  results: list[bool]) -> int:
+    cases, timeout_s = suite.cases, limits.timeout_s
+    with Channel(_program("serve"), _backstop(limits, len(cases) - start)) as solution:
         _send(solution, {"setup": setup, "code": code})
         relay = Relay([solution])
         if not _ready(relay, solution, time.monotonic() + timeout_s):
@@ -136,11 +146,10 @@ def _call_session(code: str, setup: str, func: str, cases: list[tuple[str, str]]
                 args = [json.loads(line) for line in stdin.split("\n") if line.strip()]
             except ValueError:
                 continue  # a malformed case fails, as it did when the program parsed it
-            deadline = time.monotonic() + timeout_s
-            instance = _ask(relay, solution, deadline, "call", _Handle(("g", "Solution")))
-            method = _ask(relay, solution, deadline, "getattr", instance, name=func)
-            got = _ask(relay, solution, deadline, "call", method, args=wire.encode(args),
-                       plain=True)
+            line = _Line(relay, solution, time.monotonic() + timeout_s)
+            instance = _ask(line, "call", _Handle(("g", "Solution")))
+            method = _ask(line, "getattr", instance, name=suite.func)
+            got = _ask(line, "call", method, args=wire.encode(args), plain=True)
             if got is _ENDED:
                 return i + 1
             results[i] = got is not _FAILED and _same_json(got, expected)
@@ -154,8 +163,16 @@ class _Handle(tuple):
     """An object the solution keeps, as a request's target."""
 
 
-def _ask(relay: Relay, solution: Channel, deadline: float, op: str, target, plain=False,
-         **fields):
+@dataclass(frozen=True)
+class _Line:
+    """Where a case's requests go, and by when their replies must be back."""
+
+    relay: Relay
+    solution: Channel
+    deadline: float  # time.monotonic() at which the case fails
+
+
+def _ask(line: _Line, op: str, target, plain=False, **fields):
     """One request's decoded value (a _Handle for an object the solution keeps, unless
     ``plain``); _FAILED if it raised or is not plain, _ENDED if the program ended or missed
     the deadline."""
@@ -166,8 +183,8 @@ def _ask(relay: Relay, solution: Channel, deadline: float, op: str, target, plai
     if op == "call":
         fields.setdefault("args", [])
         fields.setdefault("kwargs", [])
-    _send(solution, {"op": op, "target": list(target), **fields})
-    reply = relay.next_frame(solution, deadline)
+    _send(line.solution, {"op": op, "target": list(target), **fields})
+    reply = line.relay.next_frame(line.solution, line.deadline)
     if reply is None:
         return _ENDED
     message = _loads(reply)

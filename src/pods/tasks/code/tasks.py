@@ -19,6 +19,7 @@ test once.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from functools import lru_cache
 
 from pods.config.groups import CodeConfig
@@ -170,18 +171,18 @@ def _run(code: str, tests: Suite, start: int, count: int, timeout_s: float, memo
          ) -> tuple[bool, ...]:
     """Tests ``start`` .. ``count - 1``: asserts in a judge sandbox, calls and outputs
     compared here (the expected values never enter a sandbox)."""
-    from pods.sandbox import run_python
+    from pods.sandbox import Limits, run_python
     from pods.tasks.code.judge import run_asserts, run_calls
 
-    cases = list(tests.cases[:count])
+    limits, tests = Limits(timeout_s, memory_mb), replace(tests, cases=tests.cases[:count])
     if tests.kind == "assert":
-        return run_asserts(code, tests.setup, cases, list(tests.names), timeout_s, memory_mb,
-                           start)
+        return run_asserts(code, tests, limits, start)
     if tests.kind == "call":
-        return run_calls(code, tests.func, cases, timeout_s, memory_mb, start, CALL_PRELUDE)
-    runs = [run_python(code, stdin, timeout_s, memory_mb) for stdin, _ in cases[start:]]
+        return run_calls(code, tests, limits, start, CALL_PRELUDE)
+    cases = tests.cases[start:]
+    runs = [run_python(code, stdin, limits) for stdin, _ in cases]
     return tuple(r.status == "ok" and not r.truncated and outputs_match(r.stdout, expected)
-                 for r, (_, expected) in zip(runs, cases[start:], strict=True))
+                 for r, (_, expected) in zip(runs, cases, strict=True))
 
 
 def code(data_dir: str | None, options: CodeConfig) -> CodeTask:
