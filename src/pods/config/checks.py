@@ -4,7 +4,7 @@ Types first (per flat key), then values; the checks that span groups (m against 
 micro-batches against P*m) sit here beside the others. The names of open registries (rule,
 task, engine, trackers) are checked by the components that own them, before anything loads
 (``pods.train.checks``): this package imports nothing above it (``pods.core`` below it
-holds the loss's and advantages' fixed choices)."""
+holds the fixed choices of selection, advantages and the loss)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from pods.config.groups import (
     PARALLELISMS,
     REWARD_ERRORS,
     SCHEDULES,
-    SCOPES,
 )
 
 if TYPE_CHECKING:  # never imported when running: pods.config.train imports this module
@@ -72,6 +71,7 @@ def one_of(key: str, value: str, known) -> Iterator[str]:
 def _choices(c: TrainConfig) -> Iterator[str]:
     from pods.core.advantages import SCALES
     from pods.core.loss import NORMS
+    from pods.core.selection import SCOPES
 
     yield from one_of("selection", c.selection.scope, SCOPES)
     if c.selection.scope == "batch" and c.selection.rule != "max_variance":
@@ -79,7 +79,7 @@ def _choices(c: TrainConfig) -> Iterator[str]:
               f"{c.selection.rule!r}; set rule max_variance or selection group."
     yield from one_of("loss_norm", c.loss.norm, NORMS)
     yield from one_of("lr_schedule", c.optim.lr_schedule, SCHEDULES)
-    yield from one_of("adv_scale", c.loss.adv_scale, SCALES)
+    yield from one_of("adv_scale", c.selection.adv_scale, SCALES)
     if c.task.reward_errors not in REWARD_ERRORS:
         yield f"unknown reward_errors {c.task.reward_errors!r}; " \
               f"use {' or '.join(REWARD_ERRORS)}."

@@ -24,12 +24,12 @@ from typing import Any
 # The fixed choices of some fields; the components that implement them import these.
 # (Open registries, which a user may extend, are the components' own: rules in
 # pods.core.downsample, tasks in pods.tasks, engines in pods.rollout, trackers in
-# pods.tracking.)
+# pods.tracking. The choices of the pure math are pods.core's: selection scopes,
+# advantage scales, loss normalisations.)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 MIXED_PRECISIONS = ("no", "bf16")
 PARALLELISMS = ("ddp", "fsdp2")
 SCHEDULES = ("constant", "linear", "cosine")
-SCOPES = ("group", "batch")
 REWARD_ERRORS = ("raise", "zero")
 CODE_REWARDS = ("fraction", "all")
 
@@ -170,6 +170,8 @@ class SelectionConfig:
                     "max_variance; see pods.core.batch_downsample).", "selection")
     max_kept_per_group: int | None = _f(None, "selection batch: most rollouts one prompt may "
                                         "keep; None = n.")
+    adv_scale: str = _f("group", "Advantage scaling over each prompt's kept rollouts: group "
+                        "std (GRPO), batch std, or none (Dr. GRPO).")
 
 
 @dataclass(frozen=True)
@@ -200,8 +202,6 @@ class LossConfig:
     beta: float = _f(0.0, "KL penalty weight to the starting policy (k3); 0 as in the paper.")
     norm: str = _f("sequence", "Loss normalisation: sequence (paper), token (DAPO), constant "
                    "(Dr. GRPO).", "loss_norm")
-    adv_scale: str = _f("group", "Advantage scaling: group std (GRPO), batch std, or none "
-                        "(Dr. GRPO).")
 
 
 @dataclass(frozen=True)

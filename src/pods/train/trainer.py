@@ -1,7 +1,8 @@
 """The GRPO-PODS training step, and the trainer that holds what it needs.
 
-One step: sample P prompts -> generate n rollouts each -> score -> keep m per group with
-``pods.core.downsample`` -> advantages over the kept m -> update on the P*m kept rollouts
+One step: sample P prompts -> generate n rollouts each -> score -> select (keep m per group
+and advantages over the kept m, one call to ``pods.core.selection.select``) -> cut this
+rank's kept rows (``pods.train.selection.rank_batch``) -> update on the P*m kept rollouts
 only. Selection happens before any training-side forward pass, so update costs scale with m.
 
 The training clock counts generation, scoring, selection and update; evaluation and
@@ -19,6 +20,7 @@ import torch
 
 from pods.config import TrainConfig
 from pods.core.rollout_inputs import completion_lengths, rule_inputs
+from pods.core.selection import select
 from pods.models.policy import load_policy, load_saved_policy
 from pods.models.precision import autocast, compute_dtype
 from pods.models.source import check_source
@@ -34,7 +36,7 @@ from pods.train.checks import check
 from pods.train.interrupts import Interrupts
 from pods.train.progress import Clock
 from pods.train.schedule import budget_progress, lr_multiplier
-from pods.train.selection import rank_batch, select, selection_stats
+from pods.train.selection import rank_batch, selection_spec
 from pods.train.update import UpdateSpec, peak_memory_mb, policy_update
 
 
@@ -138,21 +140,17 @@ class Trainer:
         with self.clock.phase("select"):
             lengths = completion_lengths(rollouts.completion_mask).view(-1, n).float().cpu()
             rewards = self.dist.gather(scores.rewards)  # [P, n], the same on every rank
-            all_lengths = self.dist.gather(lengths)  # [P, n]
             inputs = {name: self.dist.gather(value.view(-1, n).cpu())  # [P, n] each
                       for name, value in rule_inputs(s.rule, **rollouts.sources()).items()}
-            keep, advantages = select(rewards, s.m, s.rule, scope=s.scope,
-                                      max_per_group=s.max_kept_per_group,
-                                      generator=self.select_gen, inputs=inputs,
-                                      adv_scale=self.cfg.loss.adv_scale)  # [P, n] each
-            kept = rank_batch(rollouts, keep, advantages, self.dist.rank,
-                              self.dist.world)  # this rank's kept rows [K]
-            kept.advantages = kept.advantages.to(self.device)
+            chosen = select(rewards, inputs, selection_spec(s), self.select_gen,
+                            self.dist.gather(lengths))  # keep, advantages [P, n], metrics
+            kept = rank_batch(rollouts, chosen, self.dist.rank, self.dist.world,
+                              self.device)  # this rank's kept rows [K]
         self.updating = True  # from here a failure leaves the weights half-updated
         # so Ctrl-C is held until the run has recorded this step (pods.train.interrupts)
         self.interrupts.hold(f"the update of step {self.step_count + 1}")
         losses, lr = {}, self._set_lr()
-        if not keep.any():  # every group without reward variance: nothing to learn from
+        if not kept.kept:  # every group without reward variance: nothing to learn from
             self.log(f"step {self.step_count + 1}: no rollout kept, update skipped")
         else:
             with self.clock.phase("update"), self.engine.asleep(), \
@@ -167,7 +165,7 @@ class Trainer:
         self.clock.seconds = slowest["time"]  # every rank keeps the slowest rank's clock
         return {"kind": "step", "step": self.step_count, **slowest, **counts,
                 "rollout/reward_mean": rewards.mean().item(), "optim/lr": lr,
-                **selection_stats(rewards, keep, all_lengths, kept.pad_rows),
+                **chosen.metrics, **kept.metrics,
                 **losses, "time/step": self.clock.seconds - step_start}
 
     # ---- the trainer's state, for checkpoints and stopping (pods.train.run) -------------
