@@ -54,7 +54,7 @@ def test_unknown_inputs_and_missing_sources_are_refused_before_any_work():
     with pytest.raises(ValueError, match="'lengths' is computed from completion_mask; "
                        "pass completion_mask"):
         rule_inputs("shortest", completion_ids=IDS)
-    with pytest.raises(ValueError, match="unknown down-sampling rule 'nope'"):
+    with pytest.raises(ValueError, match="unknown rule 'nope'"):
         rule_sources("nope")
 
 

@@ -68,8 +68,8 @@ def test_unknown_rule(tmp_path):
         config(tmp_path, pods_rule="best")
     assert str(error.value) == (
         "unknown pods_rule 'best'; use one of max_abs_advantage, max_reward, max_variance, "
-        "min_reward, percentile, random, reward_per_token, shortest, or a callable "
-        "rule(rewards [P, n], m) -> LongTensor [P, m].")
+        "min_reward, percentile, random, reward_per_token, shortest, or pass a callable rule "
+        "that returns each group's kept columns, LongTensor [P, m] (see pods.core.downsample).")
 
 
 def test_the_rule_help_names_every_registered_rule():
@@ -159,9 +159,11 @@ def test_only_the_kept_rollouts_reach_the_loss(tiny_model_dir, tmp_path, monkeyp
     assert all(len(b["completion_ids"]) == 4 for b in records["loss"])  # kept, per micro-batch
     assert len(records["full"][0]["completion_ids"]) == 16  # 2 prompts x n=8 generated
     check_contract([records], n=8, m=4)
-    logged = records["metrics"][0]
-    assert {"pods/reward_mean_kept", "pods/reward_std_kept", "pods/zero_std_frac_kept"} <= set(
-        logged)
+    logged = records["metrics"][0]  # the native trainer's select/ metrics, under its keys
+    assert {"select/reward_mean", "select/var_full", "select/var_kept", "select/kept",
+            "select/zero_var_frac_full", "select/zero_var_frac", "select/groups_kept",
+            "select/completion_len"} <= set(logged)
+    assert logged["select/kept"] == 8 and logged["select/groups_kept"] == 1.0  # 2 groups x 4
 
 
 def test_length_rule_gets_the_completion_lengths(tiny_model_dir, tmp_path, monkeypatch):

@@ -193,7 +193,7 @@ def test_a_length_rule_without_response_masks_says_so(transfer_queue):
 def test_replay_buffer_needs_m_and_a_known_rule():
     with pytest.raises(ValueError, match="needs trainer.v1.sampler.sampler_kwargs.pods_m"):
         buffer()
-    with pytest.raises(ValueError, match="pods_rule 'best' is not a pods.core.downsample rule"):
+    with pytest.raises(ValueError, match="unknown pods_rule 'best'; use one of"):
         buffer(pods_m=2, pods_rule="best")
     with pytest.raises(ValueError, match="leaves padding rows"):
         buffer(pods_m=4, pods_train_batch_size=64, pods_n=16, pods_ppo_mini_batch_size=24)

@@ -11,9 +11,9 @@ import torch
 
 from launch import ENV, assert_same_run, launcher, pods, train_args
 from pods.config import from_dict
+from pods.runs.checkpoints import latest_checkpoint
 from pods.runs.metrics import read_metrics
 from pods.runtime.distributed import Dist
-from pods.runs.checkpoints import latest_checkpoint
 from pods.train.trainer import Trainer
 
 

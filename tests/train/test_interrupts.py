@@ -7,10 +7,9 @@ import signal
 import pytest
 import torch
 
-from pods.runs.metrics import read_metrics
-from pods.train import run as run_module
-from pods.train import trainer as trainer_module
 from pods.runs.checkpoints import latest_checkpoint
+from pods.runs.metrics import read_metrics
+from pods.train import trainer as trainer_module
 from pods.train.interrupts import Interrupts
 from pods.train.run import resume, train
 from runs import config, weights

@@ -14,10 +14,14 @@ import yaml
 from safetensors.torch import load_file
 
 from pods.config import LEAVES, from_dict, load_yaml
+from pods.runs.checkpoints import checkpoints_and_config
 from pods.runs.metrics import read_metrics
+from pods.train.resumes import checkpoint_config, resume_config
 from pods.train.run import resume
+from pods.train.selection import selection_spec
 
-OLD = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "v0_flat_config"
+RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
+OLD = RUNS / "v0_flat_config"
 
 
 def test_an_old_flat_config_file_reads_into_the_groups():
@@ -52,3 +56,18 @@ def test_an_old_run_folder_resumes(tiny_model_dir, tmp_path):
     assert saved["max_steps"] == 3 and saved["n"] == 4
     assert saved["lr_schedule"] == "constant"  # it trained with a constant lr, and goes on
     assert {r["optim/lr"] for r in steps[2:]} == {3e-4}
+
+
+def test_adv_scale_saved_with_the_loss_reads_into_the_selection(tmp_path):
+    """``fixtures/runs/v1_loss_adv_scale/config.yaml`` was written by pods at commit e88fb5a,
+    when adv_scale was a field of the loss group (``adv_scale: none`` among the loss's
+    keys; run folders have always held flat keys). The key is unchanged, so the value lands
+    in the selection group, where evaluation and resume read it."""
+    run = tmp_path / "run"
+    shutil.copytree(OLD, run)  # a run folder with a checkpoint ...
+    shutil.copy(RUNS / "v1_loss_adv_scale" / "config.yaml", run / "config.yaml")  # ... this one's
+    checkpoints, config = checkpoints_and_config(run)  # what `pods eval RUN` reads
+    assert config.selection.adv_scale == "none" and not hasattr(config.loss, "adv_scale")
+    resumed, changed = resume_config(run, checkpoint_config(checkpoints[0]), {"max_steps": 3})
+    assert resumed.selection.adv_scale == "none" and changed == {"max_steps": (2, 3)}
+    assert selection_spec(resumed.selection).adv_scale == "none"  # what the steps use

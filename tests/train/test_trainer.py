@@ -2,11 +2,10 @@ import pytest
 import torch
 
 from pods.cli import draw_curve
+from pods.core import selection as selection_module  # where the trainer selects
 from pods.runs.metrics import read_metrics
 from pods.tasks import Task
 from pods.tasks.scoring import Scores
-from pods.train import run as run_module
-from pods.train import selection as selection_module
 from pods.train import trainer as trainer_module
 from pods.train.run import resume, train, train_or_resume
 from pods.train.trainer import Trainer

@@ -5,7 +5,7 @@ only its values, pods.config.flat), then values; the checks that span groups (m 
 micro-batches against P*m) sit here beside the others. The names of open registries (rule,
 task, engine, trackers) are checked by the components that own them, before anything loads
 (``pods.train.checks``): this package imports nothing above it (``pods.core`` below it
-holds the loss's and advantages' fixed choices)."""
+holds the fixed choices of selection, advantages and the loss)."""
 
 from __future__ import annotations
 
@@ -63,12 +63,9 @@ def one_of(key: str, value: str, known) -> Iterator[str]:
 
 def _choices(c: Config) -> Iterator[str]:
     """The fixed choices' combinations (each field's own choices are its type's)."""
-    from pods.core.advantages import SCALES
-
     if c.selection.scope == "batch" and c.selection.rule != "max_variance":
         yield f"selection batch chooses max-variance subsets of any size, not rule " \
               f"{c.selection.rule!r}; set rule max_variance or selection group."
-    yield from one_of("adv_scale", c.loss.adv_scale, SCALES)
     if c.run.parallelism == "fsdp2" and c.rollout.engine == "vllm":
         yield "the vllm engine does not run under fsdp2 (each rank's vLLM would need the " \
               "whole model); use --engine hf (or auto), or --parallelism ddp."

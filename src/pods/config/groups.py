@@ -22,25 +22,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from pods.core.advantages import Scale
 from pods.core.loss import Norm
+from pods.core.selection import Scope
 
 # The fixed choices of some fields, each written once as the field's type (a field typed
 # with one takes only those values: pods.config.flat checks them, and they are the flags'
-# choices); the components that implement them import the tuples. (Open registries, which a
-# user may extend, are the components' own: rules in pods.core.downsample, tasks in
-# pods.tasks, engines in pods.rollout, trackers in pods.tracking.)
+# choices); the components that implement them import the tuples. The choices of the pure
+# math are pods.core's (selection scopes, advantage scales, loss normalisations). (Open
+# registries, which a user may extend, are the components' own: rules in
+# pods.core.downsample, tasks in pods.tasks, engines in pods.rollout, trackers in
+# pods.tracking.)
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 MixedPrecision = Literal["no", "bf16"]
 Parallelism = Literal["ddp", "fsdp2"]
 Schedule = Literal["constant", "linear", "cosine"]
-Scope = Literal["group", "batch"]
 RewardErrors = Literal["raise", "zero"]
 CodeReward = Literal["fraction", "all"]
 DTYPES: tuple[str, ...] = get_args(Dtype)
 MIXED_PRECISIONS: tuple[str, ...] = get_args(MixedPrecision)
 PARALLELISMS: tuple[str, ...] = get_args(Parallelism)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
-SCOPES: tuple[str, ...] = get_args(Scope)
 REWARD_ERRORS: tuple[str, ...] = get_args(RewardErrors)
 CODE_REWARDS: tuple[str, ...] = get_args(CodeReward)
 
@@ -182,6 +184,8 @@ class SelectionConfig:
                       "max_variance; see pods.core.batch_downsample).", "selection")
     max_kept_per_group: int | None = _f(None, "selection batch: most rollouts one prompt may "
                                         "keep; None = n.")
+    adv_scale: Scale = _f("group", "Advantage scaling over each prompt's kept rollouts: group "
+                          "std (GRPO), batch std, or none (Dr. GRPO).")
 
 
 @dataclass(frozen=True)
@@ -212,8 +216,6 @@ class LossConfig:
     beta: float = _f(0.0, "KL penalty weight to the starting policy (k3); 0 as in the paper.")
     norm: Norm = _f("sequence", "Loss normalisation: sequence (paper), token (DAPO), constant "
                     "(Dr. GRPO).", "loss_norm")
-    adv_scale: str = _f("group", "Advantage scaling: group std (GRPO), batch std, or none "
-                        "(Dr. GRPO).")
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,10 @@ class TrainConfig:
     rollout: RolloutConfig = group_field(RolloutConfig, "Generation: P prompts, n rollouts "
                                          "each, and the engine.")
     selection: SelectionConfig = group_field(SelectionConfig, "PODS: which m of the n "
-                                             "rollouts the update sees.")
+                                             "rollouts the update sees, and their "
+                                             "advantages.")
     optim: OptimConfig = group_field(OptimConfig, "The optimizer and gradient accumulation.")
-    loss: LossConfig = group_field(LossConfig, "The policy-gradient loss and advantages.")
+    loss: LossConfig = group_field(LossConfig, "The policy-gradient loss.")
     eval: EvalConfig = group_field(EvalConfig, "Held-out evaluation during training.")
     run: RunConfig = group_field(RunConfig, "Budget, checkpoints, seed, folders and devices.")
     tracking: TrackingConfig = group_field(TrackingConfig, "Experiment trackers.")

@@ -6,13 +6,13 @@ PODS normalises over the kept subset only: after ``idx = downsample(rewards, m)`
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
 Scale = Literal["group", "batch", "none"]
-SCALES: tuple[str, ...] = ("group", "batch", "none")
+SCALES: tuple[str, ...] = get_args(Scale)
 
 
 def group_advantages(

@@ -197,7 +197,7 @@ def downsample(
     rewards = _as_rewards(rewards)
     one_group = rewards.dim() == 1
     grid = rewards.unsqueeze(0) if one_group else rewards  # [P, n]
-    fn = _resolve_rule(rule)
+    fn = check_rule(rule)
     _check(grid, m)
     extras = _inputs(fn, rule, grid, inputs)
     P, n = grid.shape
@@ -213,7 +213,7 @@ def downsample(
 def rule_needs(rule: str | Rule) -> tuple[str, ...]:
     """The per-rollout inputs a rule (a name in ``RULES`` or a callable) reads besides the
     rewards: its ``needs`` attribute, () when it has none."""
-    return tuple(getattr(_resolve_rule(rule), "needs", ()))
+    return tuple(getattr(check_rule(rule), "needs", ()))
 
 
 def _inputs(fn: Rule, rule, grid: Tensor, given: dict) -> dict[str, Tensor]:
@@ -250,15 +250,18 @@ def _as_rewards(rewards) -> Tensor:
     return t
 
 
-def _resolve_rule(rule: str | Rule) -> Rule:
-    if callable(rule):
+def check_rule(rule: str | Rule, option: str = "rule", *, callables: bool = True) -> Rule:
+    """The rule ``rule`` names in ``RULES`` (or ``rule``, a callable); else a ValueError
+    listing the names. The one check of a rule's name (downsample, SelectionSpec, the config
+    checks in pods.train.checks, the TRL and verl adapters). ``option``: the setting's name
+    for the message; ``callables``: whether it may hold a callable (a config's may not)."""
+    if callables and callable(rule):
         return rule
-    if rule not in RULES:
-        known = ", ".join(sorted(RULES))
-        raise ValueError(
-            f"unknown down-sampling rule {rule!r}; use one of: {known}, "
-            f"or pass a callable rule(rewards, m, generator) -> LongTensor [P, m]."
-        )
+    if not isinstance(rule, str) or rule not in RULES:
+        other = (", or pass a callable rule that returns each group's kept columns, "
+                 "LongTensor [P, m] (see pods.core.downsample)") if callables else ""
+        raise ValueError(f"unknown {option} {rule!r}; use one of {', '.join(sorted(RULES))}"
+                         f"{other}.")
     return RULES[rule]
 
 

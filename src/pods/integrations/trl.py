@@ -11,12 +11,13 @@ Swap two names in a TRL GRPO script:
     trainer.train()
 
 Each step TRL generates ``num_generations`` = n completions per prompt and scores them; the
-rewards gathered over all processes are then down-sampled with ``pods.core.downsample`` (P groups
-[P, n] -> m kept columns [P, m]), advantages are recomputed over the kept m exactly as TRL
-computes them over n (``scale_rewards``, ``multi_objective_aggregation``, unbiased std, eps
-1e-4), and every per-rollout tensor TRL hands to the loss is cut to the kept rows, with
-``num_items_in_batch`` recounted over them. ``pods_m=None`` (or n) is stock GRPO.
-Evaluation is left to TRL unchanged (all n).
+rewards gathered over all processes go through the native trainer's selection,
+``pods.core.selection.select`` ([P, n] -> m kept columns [P, m], and the ``select/`` metrics
+under the native trainer's keys). The advantages stay TRL's own, not ``select``'s: computed
+over the kept m as TRL computes them over n (``scale_rewards``, ``multi_objective_aggregation``,
+unbiased std, eps 1e-4, NaN-aware). Every per-rollout tensor TRL hands to the loss is cut to
+the kept rows, ``num_items_in_batch`` recounted over them. ``pods_m=None`` (or n) is stock
+GRPO. Evaluation is left to TRL unchanged (all n).
 
 Supported TRL versions: 1.16 (tested: 1.16.0 with transformers 5.23, torch 2.13 CPU; 1.15.0
 cannot train GRPO on a torch without Triton, stock trainer included). The adapter relies on
@@ -63,8 +64,9 @@ from packaging.version import Version
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import nanstd, split_pixel_values_by_grid, unsplit_pixel_values_by_grid
 
-from pods.core.downsample import RULES, downsample
+from pods.core.downsample import RULES, check_rule
 from pods.core.rollout_inputs import rule_inputs, rule_sources
+from pods.core.selection import Selection, SelectionSpec, select
 
 SUPPORTED_TRL = (Version("1.16"), Version("1.17"))  # [low, high): the minor versions tested
 if not SUPPORTED_TRL[0] <= Version(trl.__version__) < SUPPORTED_TRL[1]:
@@ -128,9 +130,7 @@ def _check_pods_options(m, n: int, rule) -> None:
         raise ValueError(f"pods_m={m} must be in [2, num_generations={n}]: it keeps m of the n "
                          f"rollouts of each prompt, and group advantages need at least 2; set "
                          f"pods_m between 2 and {n} (or raise num_generations).")
-    if not callable(rule) and rule not in RULES:
-        raise ValueError(f"unknown pods_rule {rule!r}; use one of {', '.join(sorted(RULES))}, "
-                         f"or a callable rule(rewards [P, n], m) -> LongTensor [P, m].")
+    check_rule(rule, "pods_rule")
     rule_sources(rule)  # every input the rule needs is one pods computes
 
 
@@ -183,7 +183,8 @@ class PODSGRPOTrainer(GRPOTrainer):
         rule = args.pods_rule
         self._pods_rule = _two_argument_rule(rule) if callable(rule) else rule
         # Every process selects every group from the same gathered rewards; one seed keeps
-        # random rules identical across processes.
+        # random rules identical across processes. (select's advantages go unused: TRL's own.)
+        self._pods_spec = SelectionSpec(m=self.pods_m, rule=self._pods_rule)
         self._pods_generator = torch.Generator().manual_seed(args.seed)
         self._pods_rewards_per_func: torch.Tensor | None = None
 
@@ -218,7 +219,9 @@ class PODSGRPOTrainer(GRPOTrainer):
         sources = {name: output[name] for name in rule_sources(self._pods_rule)}  # [B, T] each
         inputs = {name: self.accelerator.gather(value).view(-1, n)  # [P, n] each
                   for name, value in rule_inputs(self._pods_rule, **sources).items()}
-        idx = self._select(rewards, inputs)  # [P, m] kept columns, ascending
+        lengths = self.accelerator.gather(output["completion_mask"].sum(-1)).view(-1, n)
+        chosen = self._select(rewards, inputs, lengths)  # keep [P, n], the select/ metrics
+        idx = chosen.columns().to(rewards.device)  # [P, m] kept columns, ascending
         kept_per_func = grouped.gather(1, idx.unsqueeze(2).expand(-1, -1, F))  # [P, m, F]
         advantages = self._kept_advantages(kept_per_func, unscorable.gather(1, idx))  # [P, m]
         first = self.accelerator.process_index * P_local  # this process's groups
@@ -228,18 +231,19 @@ class PODSGRPOTrainer(GRPOTrainer):
         output["advantages"] = advantages[first : first + P_local].flatten()  # [P_local*m]
         loss_mask = output["completion_mask"] * output.get("tool_mask", 1)  # [P_local*m, T]
         output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
-        self._log_selection(rewards.gather(1, idx), idx, advantages)
+        self._log_selection(chosen, idx, advantages)
         return output
 
-    def _select(self, rewards: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """[P, n] rewards (and the rule's per-rollout inputs, each [P, n]) -> [P, m] kept
-        columns. Unscorable (NaN) rewards count as their group's mean, so they add no
-        variance; all-NaN groups count as 0."""
+    def _select(self, rewards: torch.Tensor, inputs: dict[str, torch.Tensor],
+                lengths: torch.Tensor) -> Selection:
+        """``pods.core.selection.select`` on the [P, n] rewards (the rule's per-rollout
+        inputs and the completion lengths [P, n] each). Unscorable (NaN) rewards count as
+        their group's mean, in the choice and the metrics, so they add no variance; all-NaN
+        groups count as 0."""
         mean = rewards.nanmean(dim=1, keepdim=True).nan_to_num(0.0)  # [P, 1]
         filled = torch.where(rewards.isnan(), mean, rewards).cpu()  # [P, n]
-        idx = downsample(filled, self.pods_m, self._pods_rule, self._pods_generator,
-                         **{name: value.cpu() for name, value in inputs.items()})  # [P, m]
-        return idx.to(rewards.device)
+        return select(filled, {name: value.cpu() for name, value in inputs.items()},
+                      self._pods_spec, self._pods_generator, lengths.cpu())
 
     def _kept_advantages(self, kept: torch.Tensor, unscorable: torch.Tensor) -> torch.Tensor:
         """TRL's advantages computed over the kept [P, m, F] rewards instead of [P, n, F];
@@ -260,16 +264,13 @@ class PODSGRPOTrainer(GRPOTrainer):
                 advantages = advantages / (nanstd(rewards) + EPS)
         return advantages.nan_to_num(0.0)
 
-    def _log_selection(self, kept_rewards: torch.Tensor, idx: torch.Tensor,
+    def _log_selection(self, chosen: Selection, idx: torch.Tensor,
                        advantages: torch.Tensor) -> None:
-        """pods/ metrics of the kept [P, m] rollouts, beside TRL's reward metrics over all n,
-        and the completions table's advantages: the trained ones, NaN where dropped."""
-        metrics = self._metrics["train"]
-        metrics["pods/reward_mean_kept"].append(kept_rewards.nanmean().item())
-        metrics["pods/reward_std_kept"].append(nanstd(kept_rewards).item())
-        group_std = nanstd(kept_rewards, dim=1)  # [P]
-        zero = torch.isclose(group_std, torch.zeros_like(group_std))
-        metrics["pods/zero_std_frac_kept"].append(zero.float().mean().item())
+        """The ``select/`` metrics, as the native trainer logs them, beside TRL's reward
+        metrics over all n; and the completions table's advantages: the trained ones
+        ([P, m] at the kept columns ``idx``), NaN where dropped."""
+        for key, value in chosen.metrics.items():
+            self._metrics["train"][key].append(value)
         logged = self._logs["advantages"]  # the last P*n entries are this batch's, from TRL
         full = torch.full((idx.shape[0], self.num_generations), math.nan)  # [P, n]
         full.scatter_(1, idx.cpu(), advantages.float().cpu())

@@ -3,7 +3,8 @@ that owns it: the rule (``pods.core.downsample.RULES``), the task (``pods.tasks`
 engine (``pods.rollout.ENGINES``) and the trackers (``pods.tracking``). ``pods.config``
 checks everything else when a config is built; these run before anything loads: first in
 the trainer, and in ``pods compare`` for every run before the first one trains. The rule's
-per-rollout inputs (``pods.core.rollout_inputs``) are checked with it. A new rule,
+name is checked by ``pods.core.downsample.check_rule`` (as in the TRL and verl adapters),
+its per-rollout inputs (``pods.core.rollout_inputs``) with it. A new rule,
 task, engine or tracker is one entry in its component's registry, not an edit of config."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 
 from pods.config import TrainConfig
 from pods.config.checks import one_of
-from pods.core.downsample import RULES
+from pods.core.downsample import check_rule
 from pods.core.rollout_inputs import rule_sources
 from pods.rollout import engine_names
 from pods.tasks import task_problems
@@ -21,21 +22,21 @@ from pods.tracking import tracker_problems
 
 def registry_problems(config: TrainConfig) -> Iterator[str]:
     """Yield a message for each name in ``config`` that its registry does not hold."""
-    yield from one_of("rule", config.selection.rule, RULES)
-    yield from _input_problems(config.selection.rule)
+    yield from _rule_problems(config.selection.rule)
     yield from task_problems(config.task, config.model.name)
     yield from one_of("engine", config.rollout.engine, engine_names())
     yield from tracker_problems(config.tracking.report_to)
 
 
-def _input_problems(rule: str) -> Iterator[str]:
-    """A message when a registered rule needs a per-rollout input that pods does not compute
-    (``pods.core.rollout_inputs``): refused here, not at the first step's selection."""
-    if rule in RULES:
-        try:
-            rule_sources(rule)
-        except ValueError as error:
-            yield str(error)
+def _rule_problems(rule: str) -> Iterator[str]:
+    """A message when ``rule`` is not a registered rule (``pods.core.downsample.check_rule``,
+    the check the adapters make too), or needs a per-rollout input that pods does not
+    compute (``pods.core.rollout_inputs``): refused here, not at the first step's selection."""
+    try:
+        check_rule(rule, callables=False)
+        rule_sources(rule)
+    except ValueError as error:
+        yield str(error)
 
 
 def check(config: TrainConfig) -> TrainConfig:

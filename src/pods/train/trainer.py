@@ -1,7 +1,8 @@
 """The GRPO-PODS training step, and the trainer that holds what it needs.
 
-One step: sample P prompts -> generate n rollouts each -> score -> keep m per group with
-``pods.core.downsample`` -> advantages over the kept m -> update on the P*m kept rollouts
+One step: sample P prompts -> generate n rollouts each -> score -> select (keep m per group
+and advantages over the kept m, one call to ``pods.core.selection.select``) -> cut this
+rank's kept rows (``pods.train.selection.rank_batch``) -> update on the P*m kept rollouts
 only. Selection happens before any training-side forward pass, so update costs scale with m.
 
 The training clock counts generation, scoring, selection and update; evaluation and
@@ -21,6 +22,7 @@ from torch import Tensor
 
 from pods.config import TrainConfig
 from pods.core.rollout_inputs import completion_lengths, rule_inputs
+from pods.core.selection import select
 from pods.evaluation import Sampling, evaluate
 from pods.models.policy import load_policy, load_saved_policy
 from pods.models.precision import autocast, compute_dtype
@@ -43,7 +45,7 @@ from pods.train.checkpoint import (
 from pods.train.checks import check
 from pods.train.progress import Clock
 from pods.train.schedule import budget_progress, lr_multiplier
-from pods.train.selection import KeptBatch, rank_batch, select, selection_stats
+from pods.train.selection import KeptBatch, rank_batch, selection_spec
 from pods.train.update import UpdateSpec, policy_update
 
 
@@ -162,18 +164,14 @@ class Trainer:
         with self.clock.phase("select"):
             lengths = completion_lengths(rollouts.completion_mask).view(-1, n).float().cpu()
             rewards = self.dist.gather(scores.rewards)  # [P, n], the same on every rank
-            all_lengths = self.dist.gather(lengths)  # [P, n]
             inputs = {name: self.dist.gather(value.view(-1, n).cpu())  # [P, n] each
                       for name, value in rule_inputs(s.rule, **rollouts.sources()).items()}
-            keep, advantages = select(rewards, s.m, s.rule, scope=s.scope,
-                                      max_per_group=s.max_kept_per_group,
-                                      generator=self.select_gen, inputs=inputs,
-                                      adv_scale=self.cfg.loss.adv_scale)  # [P, n] each
-            kept = rank_batch(rollouts, keep, advantages, self.dist.rank,
-                              self.dist.world)  # this rank's kept rows [K]
-            kept.advantages = kept.advantages.to(self.device)
-        metrics = {"rollout/reward_mean": rewards.mean().item(),
-                   **selection_stats(rewards, keep, all_lengths, kept.pad_rows)}
+            chosen = select(rewards, inputs, selection_spec(s), self.select_gen,
+                            self.dist.gather(lengths))  # keep, advantages [P, n], metrics
+            kept = rank_batch(rollouts, chosen, self.dist.rank, self.dist.world,
+                              self.device)  # this rank's kept rows [K]
+        metrics = {"rollout/reward_mean": rewards.mean().item(), **chosen.metrics,
+                   **kept.metrics}
         return Sampled(kept, metrics, lengths, scores)
 
     def update(self, sampled: Sampled) -> dict[str, float]:

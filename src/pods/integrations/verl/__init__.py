@@ -20,10 +20,13 @@ and the update then see the kept rows only. Plug it in from verl's own config::
     +trainer.v1.sampler.sampler_kwargs.pods_m=16
     +trainer.v1.sampler.sampler_kwargs.pods_rule=max_variance
 
-Selection metrics (``select/var_full``, ``select/var_kept``, ``select/zero_var_frac_full``,
-``select/zero_var_frac``, ``select/reward_mean``, ``select/kept``, and with the length rules
-``select/completion_len``, as the native trainer logs them; ``select/short_groups``) go into
-verl's metric dict. The buffer lives in ``pods.integrations.verl.buffer`` and is imported
+Both select with ``pods.core.selection.select``, the native trainer's function, and put its
+``select/`` metrics into verl's metric dict under the native trainer's keys
+(``select/reward_mean``, ``select/var_full``, ``select/var_kept``,
+``select/zero_var_frac_full``, ``select/zero_var_frac``, ``select/kept``,
+``select/groups_kept``, and ``select/completion_len`` where the response masks are at hand:
+``select_batch`` with a ``response_mask``, the buffer with a rule that reads it), plus verl's
+own ``select/short_groups``. The buffer lives in ``pods.integrations.verl.buffer`` and is imported
 from here on first use, so ``select_batch`` does not need TransferQueue.
 """
 
@@ -31,16 +34,16 @@ from __future__ import annotations
 
 from pods.integrations.verl.select import (
     TESTED,
+    RowBatch,
     check_batch_sizes,
     check_verl_version,
     group_rows,
     select_batch,
     select_rows,
-    selection_metrics,
 )
 
-__all__ = ["TESTED", "PODSReplayBuffer", "check_batch_sizes", "check_verl_version",
-           "group_rows", "select_batch", "select_rows", "selection_metrics"]
+__all__ = ["TESTED", "PODSReplayBuffer", "RowBatch", "check_batch_sizes", "check_verl_version",
+           "group_rows", "select_batch", "select_rows"]
 
 
 def __getattr__(name: str):

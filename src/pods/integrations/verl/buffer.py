@@ -7,8 +7,10 @@ from __future__ import annotations
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from pods.core.downsample import RULES
+from pods.core.downsample import check_rule
+from pods.core.selection import SelectionSpec
 from pods.integrations.verl.select import (
+    RowBatch,
     check_batch_sizes,
     check_verl_version,
     rule_fields,
@@ -51,9 +53,8 @@ class PODSReplayBuffer(_replay_buffer_base()):
         super().__init__(*args, sampler_kwargs=sampler_kwargs, **kwargs)
         self.pods_m, self.pods_rule = int(options["pods_m"]), options.get("pods_rule",
                                                                           "max_variance")
-        if self.pods_rule not in RULES:
-            raise ValueError(f"pods_rule {self.pods_rule!r} is not a pods.core.downsample "
-                             f"rule; use one of {', '.join(sorted(RULES))}.")
+        check_rule(self.pods_rule, "pods_rule", callables=False)  # a name, from verl's config
+        self.pods_spec = SelectionSpec(m=self.pods_m, rule=self.pods_rule)
         self.rule_fields = rule_fields(self.pods_rule)  # what the rule's inputs read
         self.pods_generator = torch.Generator().manual_seed(int(options.get("pods_seed", 0)))
         sizes = [options.get(k) for k in ("pods_train_batch_size", "pods_n",
@@ -79,10 +80,10 @@ class PODSReplayBuffer(_replay_buffer_base()):
         padded = {name: pad_sequence([torch.as_tensor(v) for v in data[name]], batch_first=True)
                   for name in self.rule_fields}  # [rows, T] each, zeros after each row's end
         inputs = verl_inputs(self.pods_rule, padded)  # [rows] each
-        lengths = inputs.get("lengths")  # [rows] response tokens, when the rule reads them
+        mask = padded.get("response_mask")  # fetched when the rule reads it
         uids = [key.split("_")[0] for key in meta.keys]
-        rows, stats = select_rows(uids, scores, self.pods_m, self.pods_rule,
-                                  self.pods_generator, lengths, short="keep", inputs=inputs)
+        batch = RowBatch(uids, scores, inputs, None if mask is None else mask.sum(-1))
+        rows, stats = select_rows(batch, self.pods_spec, self.pods_generator, short="keep")
         kept = set(rows.tolist())
         dropped = [key for i, key in enumerate(meta.keys) if i not in kept]
         if dropped:  # out of storage: nothing downstream reads them

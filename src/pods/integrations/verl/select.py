@@ -1,18 +1,28 @@
 """Selection on verl's objects: ``select_batch`` for DataProto batches, ``select_rows``
-for the replay buffer, and the batch-size and version checks (see ``pods.integrations.verl``)."""
+for the replay buffer, and the batch-size and version checks (see ``pods.integrations.verl``).
+
+Both select with ``pods.core.selection.select``, the native trainer's function, so the kept
+rollouts and the ``select/`` metrics are the native trainer's. verl's rows come as a flat
+list grouped by uid, and a replay buffer's groups may differ in size (failed rollouts left
+out), so ``select_rows`` calls ``select`` once per group size and joins the groups'
+statistics (``GroupStats.cat``) into exact metrics over all of them. verl computes its own
+advantages on the kept rows; ``select``'s go unused. Nothing here imports verl but
+``check_verl_version``, so this module runs (and is tested) without it."""
 
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from pods.core.downsample import RULES, downsample
 from pods.core.rollout_inputs import rule_inputs, rule_sources
+from pods.core.selection import GroupStats, SelectionSpec, select
 
 TESTED = ("0.9",)  # verl minor versions this adapter is tested with
 _checked: list[bool] = []  # the version warning is given once per process
@@ -52,64 +62,51 @@ def group_rows(uids: Sequence) -> list[list[int]]:
     return list(groups.values())
 
 
-def select_rows(uids: Sequence, scores: Tensor, m: int, rule: str = "max_variance",
-                generator: torch.Generator | None = None, lengths: Tensor | None = None,
-                short: str = "raise", inputs: dict[str, Tensor] | None = None,
-                ) -> tuple[Tensor, dict[str, float]]:
-    """Indices of the kept rows (m per uid, each uid's rows contiguous and in original order)
-    and the selection metrics. ``scores``: [rows] float; ``inputs``: the rule's per-rollout
-    inputs, [rows] each (``verl_inputs``); ``lengths``: [rows] response tokens, for the
-    ``select/completion_len`` metric. A group of fewer than m rows raises (``short="raise"``) or
-    is kept whole (``"keep"``: the replay buffer, where verl leaves failed rollouts out of
-    a group), counted in ``select/short_groups``."""
-    if rule not in RULES and not callable(rule):
-        raise ValueError(f"unknown rule {rule!r}; use one of {', '.join(sorted(RULES))}.")
-    groups = group_rows(uids)
-    small = [(uids[g[0]], len(g)) for g in groups if len(g) < m]
+@dataclass(frozen=True)
+class RowBatch:
+    """verl's rollouts to select from, one entry per row, each group's rows under one uid."""
+
+    uids: Sequence  # [rows] the group (prompt) of each row
+    scores: Tensor  # [rows] float rewards
+    inputs: dict[str, Tensor] = field(default_factory=dict)  # the rule's, [rows] each
+    lengths: Tensor | None = None  # [rows] response tokens, for select/completion_len
+
+
+def select_rows(batch: RowBatch, spec: SelectionSpec, generator: torch.Generator | None = None,
+                short: str = "raise") -> tuple[Tensor, dict[str, float]]:
+    """Indices of the kept rows (``spec.m`` per uid, each uid's rows contiguous and in
+    original order, uids in order of first appearance) and the ``select/`` metrics. A group
+    of fewer than m rows raises (``short="raise"``) or is kept whole (``"keep"``: the replay
+    buffer, where verl leaves failed rollouts out of a group), counted in
+    ``select/short_groups``."""
+    groups = group_rows(batch.uids)
+    small = [(batch.uids[g[0]], len(g)) for g in groups if len(g) < spec.m]
     if small and short == "raise":
         uid, size = small[0]
-        raise ValueError(f"uid {uid!r} has {size} rollouts, fewer than m={m} to keep "
+        raise ValueError(f"uid {uid!r} has {size} rollouts, fewer than m={spec.m} to keep "
                          f"({len(small)} such group(s)); set m <= actor_rollout_ref.rollout.n "
                          f"and keep failed rollouts out of the batch.")
-    kept_rows, full, kept, kept_lengths = [], [], [], []
-    for size in sorted({len(g) for g in groups}):  # equal sizes: one batched call each
+    kept_rows, stats = [], []
+    for size in sorted({len(g) for g in groups}):  # equal sizes: one select each
         same = [g for g in groups if len(g) == size]
-        index = torch.tensor(same)  # [G, n]
-        rewards = scores[index].float()  # [G, n]
-        extra = {name: value[index] for name, value in (inputs or {}).items()}  # [G, n] each
-        chosen = downsample(rewards, min(m, size), rule, generator=generator,
-                            **extra)  # [G, m] (all of a short group)
-        kept_rows += [(g[0], index[i, chosen[i]].tolist()) for i, g in enumerate(same)]
-        full.append(rewards)
-        kept.append(rewards.gather(1, chosen))
-        if lengths is not None:
-            kept_lengths.append(lengths[index].gather(1, chosen).flatten().float())
+        index = torch.tensor(same)  # [G, size]
+        lengths = None if batch.lengths is None else batch.lengths[index]  # [G, size]
+        chosen = select(batch.scores[index].float(),
+                        {name: value[index] for name, value in batch.inputs.items()},
+                        dataclasses.replace(spec, m=min(spec.m, size)),  # a short group: all
+                        generator, lengths)
+        kept_rows += [(g[0], index[i][chosen.keep[i]].tolist()) for i, g in enumerate(same)]
+        stats.append(chosen.stats)
     rows = [row for _, chosen in sorted(kept_rows) for row in chosen]
-    stats = selection_metrics(full, kept)
-    stats["select/short_groups"] = len(small)
-    if kept_lengths:
-        stats["select/completion_len"] = float(torch.cat(kept_lengths).mean())
-    return torch.tensor(rows, dtype=torch.long), stats
-
-
-def selection_metrics(full: list[Tensor], kept: list[Tensor]) -> dict[str, float]:
-    """The native trainer's select/ metrics over groups of possibly several sizes."""
-    def mean_var(groups: list[Tensor]) -> float:
-        return float(torch.cat([g.var(dim=1, correction=0) for g in groups]).mean())
-
-    def zero_var(groups: list[Tensor]) -> float:
-        return float(torch.cat([g.amax(1) == g.amin(1) for g in groups]).float().mean())
-
-    return {"select/var_full": mean_var(full), "select/var_kept": mean_var(kept),
-            "select/zero_var_frac_full": zero_var(full), "select/zero_var_frac": zero_var(kept),
-            "select/reward_mean": float(torch.cat([k.flatten() for k in kept]).mean()),
-            "select/kept": sum(k.numel() for k in kept)}
+    metrics = {**GroupStats.cat(stats).metrics(), "select/short_groups": len(small)}
+    return torch.tensor(rows, dtype=torch.long), metrics
 
 
 def select_batch(data, m: int, rule: str = "max_variance", scores: Tensor | None = None,
                  generator: torch.Generator | None = None, metrics: dict | None = None):
     """The DataProto of the m kept rollouts of each uid (see the module docstring); the
     selection metrics are added to ``metrics`` if given."""
+    spec = SelectionSpec(m=m, rule=rule)  # a rule that is not one says what to use
     if not _checked:
         check_verl_version()
     uids = data.non_tensor_batch["uid"]
@@ -125,8 +122,8 @@ def select_batch(data, m: int, rule: str = "max_variance", scores: Tensor | None
                          f"max_variance.")
     inputs = verl_inputs(rule, {name: data.batch[name].cpu() for name in fields})
     lengths = data.batch["response_mask"].sum(-1).cpu() if "response_mask" in held else None
-    rows, stats = select_rows(list(uids), scores.detach().cpu(), m, rule, generator, lengths,
-                              inputs=inputs)
+    rows, stats = select_rows(RowBatch(list(uids), scores.detach().cpu(), inputs, lengths),
+                              spec, generator)
     if metrics is not None:
         metrics.update(stats)
     return data.select_idxs(rows.numpy().astype(np.int64))
