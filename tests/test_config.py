@@ -236,17 +236,17 @@ def test_fixed_choices_are_written_once_as_literal_types():
     import typing
 
     from pods.config import LEAVES, groups
+    from pods.core.advantages import SCALES
     from pods.core.loss import NORMS
+    from pods.core.selection import SCOPES
 
     tuples = {"dtype": groups.DTYPES, "mixed_precision": groups.MIXED_PRECISIONS,
               "parallelism": groups.PARALLELISMS, "lr_schedule": groups.SCHEDULES,
-              "selection": groups.SCOPES, "reward_errors": groups.REWARD_ERRORS,
-              "code_reward": groups.CODE_REWARDS, "loss_norm": NORMS}
+              "selection": SCOPES, "reward_errors": groups.REWARD_ERRORS,
+              "code_reward": groups.CODE_REWARDS, "loss_norm": NORMS, "adv_scale": SCALES}
     for key, names in tuples.items():
         assert typing.get_origin(LEAVES[key].hint) is typing.Literal, key
         assert LEAVES[key].choices == names and LEAVES[key].kind == "str", key
-    # (adv_scale is still text: it is typed with pods.core.advantages.Scale as it moves to
-    # the selection group; add it here then)
     assert {k for k, leaf in LEAVES.items() if leaf.choices} == set(tuples)
     assert LEAVES["loss_norm"].type == "'sequence' | 'token' | 'constant'"
     assert LEAVES["max_steps"].type == "int | None" and LEAVES["max_steps"].choices is None

@@ -34,6 +34,7 @@ from torch import Tensor
 
 from pods.core.advantages import (
     SCALES,
+    Scale,
     group_advantages,
     kept_all_equal,
     masked_group_advantages,
@@ -53,7 +54,7 @@ class SelectionSpec:
     rule: str | Rule = "max_variance"  # a name in pods.core.downsample.RULES or a callable
     scope: Scope = "group"  # one of SCOPES
     max_per_group: int | None = None  # scope batch: most rollouts a group keeps; None = n
-    adv_scale: str = "group"  # one of pods.core.advantages.SCALES
+    adv_scale: Scale = "group"  # one of pods.core.advantages.SCALES
 
     def __post_init__(self) -> None:
         m = self.m
