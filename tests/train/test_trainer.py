@@ -97,6 +97,30 @@ def test_a_step_that_keeps_nothing_skips_the_update(tiny_model_dir, tmp_path, mo
         torch.testing.assert_close(after[k], before[k], rtol=0, atol=0)
 
 
+def test_a_step_without_reward_variance_moves_nothing(tiny_model_dir, tmp_path, monkeypatch):
+    """Group selection keeps m of each group, but every group's rewards are equal, so every
+    advantage is 0: no update runs, the weights and the optimizer state stay as they were
+    (AdamW would still step its counters and, later, move weights by its momentum), and the
+    step is logged as skipped with its time counted."""
+    monkeypatch.setattr(trainer_module.Scorer, "rewards",
+                        lambda self, texts, problems, n, finished=None:
+                        Scores(torch.ones(len(problems), n), 0, 0))
+    said = []
+    run = train(config(tiny_model_dir, tmp_path), log=lambda *a, **k: said.append(str(a[0])))
+    steps = read_metrics(run / "metrics.jsonl", "step")
+    assert [r["select/kept"] for r in steps] == [6, 6]  # P*m = 3*2 kept, all advantage 0
+    assert [r["optim/skipped"] for r in steps] == [1, 1]
+    assert not any(key.startswith("loss/") or key == "time/update" for r in steps for key in r)
+    assert steps[1]["time"] > steps[0]["time"] > 0  # generation and scoring still counted
+    assert sum("no reward variance in the kept rollouts; update skipped" in line
+               for line in said) == 2
+    checkpoint = run / "checkpoints" / "step_000002"
+    before, after = weights(tiny_model_dir), weights(checkpoint / "model")
+    for k in before:
+        torch.testing.assert_close(after[k], before[k], rtol=0, atol=0)
+    assert torch.load(checkpoint / "state.pt", weights_only=False)["optimizer"]["state"] == {}
+
+
 def test_length_rules_get_each_rollouts_completion_length(tiny_model_dir, tmp_path,
                                                          monkeypatch):
     seen = []

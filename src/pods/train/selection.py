@@ -5,7 +5,8 @@ Which rollouts are kept, their advantages and the ``select/`` metrics are one ca
 rank, and the same function the TRL and verl adapters call). What is left here is
 the trainer's own step after it: ``rank_batch`` cuts this rank's kept rows out of the
 rollouts it generated, padded to the busiest rank (``pods.runtime.distributed``), into the
-frozen ``KeptBatch`` the update takes, advantages already on the device.
+frozen ``KeptBatch`` the update takes, advantages already on the device; ``Sampled`` is
+what the step's sampling phase hands its update (``Trainer.sample`` -> ``Trainer.update``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torch import Tensor
 from pods.config.groups import SelectionConfig
 from pods.core.selection import Selection, SelectionSpec
 from pods.rollout import Rollouts
+from pods.tasks.scoring import Scores
 
 
 def selection_spec(config: SelectionConfig) -> SelectionSpec:
@@ -63,3 +65,15 @@ def rank_batch(rollouts: Rollouts, selection: Selection, rank: int, world: int,
         batch.completion_mask[len(rows):] = 0
     return KeptBatch(batch, torch.cat([adv, adv.new_zeros(pad)]).to(device),
                      kept=int(counts.sum()), pad_rows=int(world * counts.max() - counts.sum()))
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """What a step's sampling phase hands to its update (``Trainer.sample``)."""
+
+    kept: KeptBatch  # this rank's kept rollouts and their advantages
+    metrics: dict[str, float]  # rollout/reward_mean and the select/ metrics
+    lengths: Tensor  # [P_r, n] this rank's completion lengths (all n)
+    scores: Scores  # this rank's rewards and their counts (errors, truncated, ...)
+    signal: bool  # something to learn from: a kept rollout with a non-zero advantage (or
+    # a KL term to follow); the same on every rank (selection sees all P groups)

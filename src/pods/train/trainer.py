@@ -13,12 +13,10 @@ checkpoints, resume, stopping on a failure) is ``pods.train.run``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from pods.config import TrainConfig
 from pods.core.rollout_inputs import completion_lengths, rule_inputs
@@ -33,7 +31,7 @@ from pods.runtime import fsdp
 from pods.runtime.device import peak_memory_mb
 from pods.runtime.distributed import Dist, launched_world_size
 from pods.tasks import get_task
-from pods.tasks.scoring import Scorer, Scores
+from pods.tasks.scoring import Scorer
 from pods.tracking import check_installed
 from pods.train.checkpoint import (
     read_state,
@@ -45,18 +43,8 @@ from pods.train.checkpoint import (
 from pods.train.checks import check
 from pods.train.progress import Clock
 from pods.train.schedule import budget_progress, lr_multiplier
-from pods.train.selection import KeptBatch, rank_batch, selection_spec
+from pods.train.selection import Sampled, rank_batch, selection_spec
 from pods.train.update import UpdateSpec, policy_update
-
-
-@dataclass(frozen=True)
-class Sampled:
-    """What a step's sampling phase hands to its update (``Trainer.sample``)."""
-
-    kept: KeptBatch  # this rank's kept rollouts and their advantages
-    metrics: dict[str, float]  # rollout/reward_mean and the select/ metrics
-    lengths: Tensor  # [P_r, n] this rank's completion lengths (all n)
-    scores: Scores  # this rank's rewards and their counts (errors, truncated, ...)
 
 
 class Trainer:
@@ -172,7 +160,8 @@ class Trainer:
                               self.device)  # this rank's kept rows [K]
         metrics = {"rollout/reward_mean": rewards.mean().item(), **chosen.metrics,
                    **kept.metrics}
-        return Sampled(kept, metrics, lengths, scores)
+        signal = bool(chosen.advantages.any()) or (kept.kept > 0 and self.cfg.loss.beta > 0)
+        return Sampled(kept, metrics, lengths, scores, signal)
 
     def update(self, sampled: Sampled) -> dict[str, float]:
         """Train on what ``sample`` kept (one optimizer step, ``num_iterations`` with reuse),
@@ -180,22 +169,24 @@ class Trainer:
         from here on leaves the weights half-updated (``rewind`` says so)."""
         self.updating = True
         losses, lr = {}, self._set_lr()
-        if not sampled.kept.kept:  # every group without reward variance: nothing to learn
-            self.log(f"step {self.step_count + 1}: no rollout kept, update skipped")
+        if not sampled.signal:  # no kept group with reward variance: every advantage is 0
+            self.log(f"step {self.step_count + 1}: no reward variance in the kept rollouts; "
+                     f"update skipped (weights and optimizer state unchanged)")
         else:
             with self.clock.phase("update"), self.engine.asleep(), \
                     autocast(self.device, self.cfg.model.mixed_precision):
                 losses = policy_update(self.wrapped, self.ref_model, self.optimizer,
                                        sampled.kept, self.update_spec, self.dist)
-        with self.clock.phase("sync"):  # the engine samples the next step from new weights
-            self.engine.sync_weights(self.model)
+            with self.clock.phase("sync"):  # the engine samples from the new weights
+                self.engine.sync_weights(self.model)
         step_start = self.before_step[0]
         self.step_count += 1
         self.updating, self.before_step = False, None
         slowest, counts = self._over_ranks(sampled.lengths, sampled.scores)
         self.clock.seconds = slowest["time"]  # every rank keeps the slowest rank's clock
         return {"kind": "step", "step": self.step_count, **slowest, **counts,
-                **sampled.metrics, "optim/lr": lr, **losses,
+                **sampled.metrics, "optim/lr": lr, "optim/skipped": int(not sampled.signal),
+                **losses,
                 "time/step": self.clock.seconds - step_start}
 
     def rewind(self) -> bool:
