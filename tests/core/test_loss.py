@@ -106,6 +106,23 @@ def test_micro_batches_add_up_to_full_batch(norm):
     torch.testing.assert_close(sum(parts), full)
 
 
+def test_per_token_advantages_weight_each_tokens_clipped_term():
+    """advantages [B, T]: A expanded per token is the [B] loss bit for bit; A_i * w_t (an
+    importance weight, pods.core.correction) scales token t's clipped term by w_t. Ratio
+    1.5 (eps 0.2), A = (1, -1): token losses -1.2 (clipped) and +1.5; weights 2 on the
+    first token of each row, 1 elsewhere: row means (-1.2 (2 + 1 + 1) / 3,
+    1.5 (2 + 1 + 1) / 3), sequence mean (-1.6 + 2) / 2 = 0.2."""
+    logp, old = logp_at(1.5)
+    adv, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 3)
+    plain, _ = policy_loss(logp, old, adv, mask)
+    expanded, _ = policy_loss(logp, old, adv.unsqueeze(1).expand(2, 3), mask)
+    assert torch.equal(plain, expanded)
+    weights = torch.tensor([[2.0, 1.0, 1.0], [2.0, 1.0, 1.0]])
+    loss, stats = policy_loss(logp, old, adv.unsqueeze(1) * weights, mask)
+    assert loss.item() == pytest.approx(0.2)
+    assert stats.clip_high.item() == pytest.approx(0.5)  # the A > 0 row, as with [B]
+
+
 def test_stats_are_detached_and_loggable():
     logp, old = logp_at(1.1)
     _, stats = policy_loss(logp, old, ADV, MASK)
@@ -118,6 +135,7 @@ def test_stats_are_detached_and_loggable():
 
 @pytest.mark.parametrize("settings, tensors, message", [
     ({}, dict(advantages=torch.zeros(3)), r"advantages must have shape \[B\] = \[2\]"),
+    ({}, dict(advantages=torch.zeros(2, 4)), r"or \[B, T\] = \[2, 3\] \(one per token\)"),
     ({}, dict(mask=torch.ones(2, 4)), "mask must have the shape of logp"),
     ({}, dict(ref_logp=torch.zeros(3, 3)), "ref_logp must have the shape of logp"),
     (dict(beta=0.1), {}, "needs ref_logp"),

@@ -8,6 +8,8 @@
                       rollouts, their advantages and the select/ metrics (the trainer and
                       the TRL and verl adapters all call it)
     loss              the clipped policy-gradient loss with optional KL
+    correction        the engine/trainer log-prob gap: its tail, and the importance-
+                      sampling weights that correct for it (truncated or masked)
 
 Vocabulary: P prompts per step, n rollouts generated per prompt, m kept per prompt.
 """

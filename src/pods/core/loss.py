@@ -81,8 +81,11 @@ class PolicyLoss:
         logp: [B, T] log-probs of the sampled tokens under the current policy (with grad).
         old_logp: [B, T] the same under the policy that generated them; None means
             ``logp.detach()`` (one update per generation batch: ratio 1).
-        advantages: [B] one advantage per sequence.
-        mask: [B, T] 1 for completion tokens, 0 for padding.
+        advantages: [B] one advantage per sequence, or [B, T] one per token: an
+            importance-sampling correction (pods.core.correction) passes A_i * w_it with
+            w_it >= 0, which scales token t's clipped term by w_it.
+        mask: [B, T] 1 for the tokens in the loss, 0 for padding (and for tokens an
+            importance-sampling correction drops).
         ref_logp: [B, T] the reference policy's log-probs, for the KL term (beta > 0).
         normalizer: the divisor of ``norm`` (``loss_normalizer``). Defaults to this batch's
             own value (B, mask.sum(), B*T). Under gradient accumulation pass the value of
@@ -98,7 +101,8 @@ class PolicyLoss:
         eps_high = eps if self.eps_high is None else self.eps_high
         mask = mask.to(logp.dtype)  # [B, T]
         old_logp = logp.detach() if old_logp is None else old_logp
-        adv = advantages.to(logp.dtype).unsqueeze(1)  # [B, 1]
+        adv = advantages.to(logp.dtype)
+        adv = adv.unsqueeze(1) if adv.dim() == 1 else adv  # [B, 1] or [B, T]
         ratio = torch.exp(logp - old_logp)  # [B, T]
         clipped = ratio.clamp(1.0 - eps, 1.0 + eps_high)  # [B, T]
         token_loss = -torch.minimum(ratio * adv, clipped * adv)  # [B, T]
@@ -158,6 +162,6 @@ def _check_shapes(logp: Tensor, old_logp: Tensor | None, advantages: Tensor, mas
         if t is not None and tuple(t.shape) != (B, T):
             raise ValueError(f"{name} must have the shape of logp [B, T] = [{B}, {T}], "
                              f"got {tuple(t.shape)}.")
-    if tuple(advantages.shape) != (B,):
-        raise ValueError(f"advantages must have shape [B] = [{B}] (one per sequence), "
-                         f"got {tuple(advantages.shape)}.")
+    if tuple(advantages.shape) not in ((B,), (B, T)):
+        raise ValueError(f"advantages must have shape [B] = [{B}] (one per sequence) or "
+                         f"[B, T] = [{B}, {T}] (one per token), got {tuple(advantages.shape)}.")
