@@ -110,3 +110,24 @@ def test_a_new_engine_is_one_registry_entry(monkeypatch, tmp_path, tiny_model_di
     trainer = Trainer(cfg)
     assert built == [(108, 3)] and checked[0] == "cpu"
     assert trainer.step()["rollout/completion_len"] > 0
+
+
+def test_a_correction_needs_an_engine_that_returns_logprobs(monkeypatch, tmp_path):
+    """is_correction weighs tokens by the engine's log-probs: an engine that sets no
+    SAMPLED_LOGPROBS is refused before anything loads (the trainer's first check; the
+    model path here does not even exist); hf, vllm and auto return them."""
+    from types import SimpleNamespace
+
+    from pods.rollout import ENGINES, returns_logprobs
+    from pods.train.checks import check
+    from pods.train.trainer import Trainer
+
+    monkeypatch.setitem(ENGINES, "plain", SimpleNamespace(build=None))
+    assert [returns_logprobs(name) for name in ("auto", "hf", "vllm", "plain")] == \
+        [True, True, True, False]
+    cfg = from_dict(dict(engine="plain", is_correction="token_mask",
+                         model=str(tmp_path / "no-model"), out_dir=str(tmp_path)))
+    with pytest.raises(ValueError, match="engine 'plain' returns none.*--is-correction none"):
+        Trainer(cfg)
+    check(cfg.replace(is_correction="none"))  # without a correction any engine will do
+    check(cfg.replace(engine="hf"))

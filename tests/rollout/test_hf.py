@@ -1,8 +1,10 @@
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pods.models.logprobs import completion_logprobs
 from pods.rollout import (
+    HFEngine,
     KeyedSampler,
     SamplingRequest,
     completion_mask,
@@ -130,3 +132,30 @@ def test_rollouts_do_not_depend_on_batch_or_chunking(tiny_model_dir):
     other = generate(model, tokenizer, SamplingRequest(
         prompts, 4, 1.0, 5, keys=sample_keys(8, 0, torch.arange(3))), chunk=12)
     assert other.texts != whole.texts  # another seed, other rollouts
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_the_engines_logprobs_are_the_trainers(tiny_model_dir, temperature):
+    """The hf engine returns each sampled token's log-prob under softmax(logits / T), the
+    one the trainer recomputes for the same tokens on the same float32 weights (chunks of
+    different widths, padding after eos at 0), as vLLM's processed_logprobs are."""
+    model, tokenizer = load(tiny_model_dir)
+    keys = sample_keys(3, 0, torch.arange(3))
+    request = SamplingRequest(["1+2=", "10+20=", "5+5="], 4, temperature, 6, keys=keys)
+    out = HFEngine(model, tokenizer, chunk=5).generate(request.prompts, 4, temperature, 6, keys)
+    assert out.logprobs.dtype == torch.float32
+    assert out.logprobs.shape == out.completion_ids.shape
+    with torch.no_grad():
+        want = completion_logprobs(model, out.prompt_ids, out.prompt_mask, out.completion_ids,
+                                   out.completion_mask, temperature)  # [B, Lc]
+    mask = out.completion_mask.bool()
+    assert (out.logprobs - want).abs()[mask].max() < 1e-5
+    assert torch.all(out.logprobs[~mask] == 0) and bool((~mask).any())  # some padding
+    same = generate(model, tokenizer, request, chunk=12)  # logging them changes no token
+    assert torch.equal(same.completion_ids, out.completion_ids)
+
+
+def test_greedy_decoding_returns_no_logprobs_as_vllm(tiny_model_dir):
+    model, tokenizer = load(tiny_model_dir)
+    out = generate(model, tokenizer, SamplingRequest(["1+2="], 2, 0.0, 4), chunk=4)
+    assert out.logprobs is None

@@ -6,10 +6,12 @@
 ``ENGINES`` maps each name to its module, which defines ``build(spec, model, tokenizer) ->
 Engine`` (``spec``: an ``EngineSpec``, the run's rollout config group, device, sizes and
 seed) and may define ``check(options, device, sharded)``, raising a ValueError for settings
-it cannot run, before any model loads. ``make_engine`` builds the one a spec asks for;
-training and evaluation use the same. An engine generates the n rollouts of P prompts
-(``Engine.generate``) and takes new weights (``Engine.sync_weights``). Randomness is keyed
-per rollout (pods.rollout.sampling). A new engine is its module and one line in ``ENGINES``.
+it cannot run, before any model loads, and ``SAMPLED_LOGPROBS = True`` where its rollouts
+carry the sampled tokens' log-probs (``returns_logprobs``). ``make_engine`` builds the one
+a spec asks for; training and evaluation use the same. An engine generates the n rollouts
+of P prompts (``Engine.generate``) and takes new weights (``Engine.sync_weights``).
+Randomness is keyed per rollout (pods.rollout.sampling). A new engine is its module and
+one line in ``ENGINES``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pods.rollout.sampling import KeyedSampler, mix32, rollout_keys, sample_keys
 
 __all__ = ["ENGINES", "Engine", "EngineSpec", "HFEngine", "KeyedSampler", "Rollouts",
            "SamplingRequest", "completion_mask", "engine_names", "generate", "make_engine",
-           "mix32", "resolve_engine", "rollout_keys", "sample_keys"]
+           "mix32", "resolve_engine", "returns_logprobs", "rollout_keys", "sample_keys"]
 
 ENGINES: dict[str, object] = {  # name -> the module that builds it (or an object with build)
     "hf": "pods.rollout.hf",
@@ -42,6 +44,16 @@ def _module(name: str):
     """The module (or any object with ``build``) that builds engine ``name``."""
     entry = ENGINES[name]
     return importlib.import_module(entry) if isinstance(entry, str) else entry
+
+
+def returns_logprobs(name: str) -> bool:
+    """Whether engine ``name`` returns its sampled tokens' log-probs (``Rollouts.logprobs``,
+    at temperature > 0), which the importance-sampling correction needs: its module's
+    (or plug-in's) ``SAMPLED_LOGPROBS``, False where it sets none. auto: the engines it may
+    pick all do."""
+    if name == "auto":
+        return all(returns_logprobs(engine) for engine in ("hf", "vllm"))
+    return bool(getattr(_module(name), "SAMPLED_LOGPROBS", False))
 
 
 def resolve_engine(options: RolloutConfig, device: torch.device, sharded: bool = False) -> str:

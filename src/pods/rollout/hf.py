@@ -1,6 +1,14 @@
 """The hf engine: transformers' ``generate`` (KV cache) on the trainer's own module, all
 P*n sequences batched and chunked by ``gen_batch_size``. Runs wherever the trainer runs;
-the sampler is ``KeyedSampler`` (pods.rollout.sampling)."""
+the sampler is ``KeyedSampler`` (pods.rollout.sampling).
+
+Each sampled token's log-prob comes back (``Rollouts.logprobs``, temperature > 0), as the
+vllm engine's does: under softmax(logits / T), the distribution it was drawn from (vLLM's
+``processed_logprobs``: at the temperature, not of the raw logits), in float32, from the
+sampler's own softmax (no extra pass). Against the trainer's recomputation they give
+``rollout/logprob_gap`` and the importance-sampling correction (``is_correction``); with
+float32 weights they agree to ~1e-6, from a bf16 sampling copy they do not.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +19,8 @@ from torch import Tensor
 
 from pods.rollout.base import EngineSpec, ModelOwnedEngine, Rollouts, encode_prompts, finish
 from pods.rollout.sampling import KeyedSampler, rollout_keys
+
+SAMPLED_LOGPROBS = True  # generate returns Rollouts.logprobs when it samples (pods.rollout)
 
 
 @dataclass(frozen=True)
@@ -73,7 +83,7 @@ def generate(model, tokenizer, request: SamplingRequest, chunk: int,
                                              device)  # [P*n, Lp] each
     keys = torch.randint(0, 2**31, (len(r.prompts),)) if r.keys is None else r.keys  # [P]
     row_keys = rollout_keys(keys, r.n)  # [P*n]
-    pieces = []
+    pieces, samplers = [], []
     for start in range(0, prompt_ids.shape[0], chunk):
         part = slice(start, start + chunk)
         # Greedy over the keyed sampler's scores is sampling from softmax(logits / T): no
@@ -86,11 +96,14 @@ def generate(model, tokenizer, request: SamplingRequest, chunk: int,
                              repetition_penalty=1.0, logits_processor=processors,
                              synced_gpus=synced)
         pieces.append(out[:, prompt_ids.shape[1] :])
+        samplers += processors  # the keyed sampler, which kept the log-probs it drew with
     width = max(p.shape[1] for p in pieces)
     completion_ids = torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1]),
                                                         value=tokenizer.pad_token_id)
                                 for p in pieces])  # [P*n, Lc]
-    return finish(tokenizer, prompt_ids, prompt_mask, completion_ids)
+    logprobs = torch.cat([s.sampled_logprobs(width).to(device) for s in samplers]) \
+        if samplers else None  # [P*n, Lc]; greedy: None, as vLLM gives none
+    return finish(tokenizer, prompt_ids, prompt_mask, completion_ids, logprobs)
 
 
 def build(spec: EngineSpec, model, tokenizer) -> HFEngine:

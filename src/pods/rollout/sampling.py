@@ -45,18 +45,36 @@ class KeyedSampler:
     """A logits processor that samples the next token from softmax(scores / temperature)
     by inverse CDF, with a uniform that is a hash of the row's key and the position; it
     returns scores that are 0 at the drawn token and -inf elsewhere, so that greedy
-    decoding takes exactly that token. row_keys [B] int64; scores [B, V]."""
+    decoding takes exactly that token. row_keys [B] int64; scores [B, V].
+
+    ``logprobs`` keeps, per call, the drawn tokens' log-probs [B] under softmax(scores /
+    T), the distribution sampled from: ``sampled_logprobs`` stacks them [B, steps]."""
 
     def __init__(self, row_keys: Tensor, temperature: float):
         self.row_keys, self.temperature = row_keys, temperature
         self.prompt_width: int | None = None  # padding differs by batch: count from here
+        self.logprobs: list[Tensor] = []  # [B] float32 per generated position
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
         if self.prompt_width is None:
             self.prompt_width = input_ids.shape[1]
         position = torch.tensor(input_ids.shape[1] - self.prompt_width, device=scores.device)
         bits = mix32(self.row_keys.to(scores.device) ^ mix32(position)) >> 8  # [B] 24 bits
-        cdf = torch.softmax(scores.float() / self.temperature, dim=-1).cumsum(-1)  # [B, V]
+        probs = torch.softmax(scores.float() / self.temperature, dim=-1)  # [B, V]
+        cdf = probs.cumsum(-1)  # [B, V]
         uniform = (bits.float() + 0.5) / 2**24 * cdf[:, -1]  # [B] in (0, total mass)
         token = torch.searchsorted(cdf, uniform.unsqueeze(1)).clamp(max=scores.shape[1] - 1)
+        # the log of the float32 probability the draw used: within ~1e-6 of log_softmax,
+        # with no second pass over the vocabulary (a drawn token's probability is > 0, its
+        # CDF step holds the uniform; the clamp only guards against a rounding accident)
+        drawn = probs.gather(1, token).squeeze(1)  # [B]
+        self.logprobs.append(drawn.clamp(min=torch.finfo(drawn.dtype).tiny).log())
         return torch.full_like(scores, float("-inf")).scatter_(1, token, 0.0)  # [B, V]
+
+    def sampled_logprobs(self, width: int) -> Tensor:
+        """[B, width] the drawn tokens' log-probs, the first ``width`` positions (0 past
+        the last call)."""
+        B = self.row_keys.shape[0]
+        steps = torch.stack(self.logprobs, 1) if self.logprobs else torch.zeros(B, 0)
+        steps = steps[:, :width]  # [B, <= width]
+        return torch.nn.functional.pad(steps, (0, width - steps.shape[1]))

