@@ -31,6 +31,9 @@ from runs import flat
     (dict(prompts_per_step=2, m=4, micro_batch_size=9), r"larger than .* P\*m = 2\*4 = 8"),
     (dict(loss_norm="mean"), "unknown loss_norm"),
     (dict(adv_scale="global"), "unknown adv_scale"),
+    (dict(is_correction="tis"), "unknown is_correction 'tis'; use one of none, "
+                                "token_truncate, token_mask, sequence_truncate, sequence_mask"),
+    (dict(is_cap=1.0), r"is_cap=1.0 must be > 1: ratios are truncated at is_cap"),
     (dict(eval_every=0.0), "eval_every=0.0 must be positive"),
     (dict(lr=-1.0), "lr=-1.0 must be positive"),
     (dict(truncated_reward=float("nan")), r"truncated_reward=nan must be a finite number"),
@@ -237,13 +240,15 @@ def test_fixed_choices_are_written_once_as_literal_types():
 
     from pods.config import LEAVES, groups
     from pods.core.advantages import SCALES
+    from pods.core.correction import CORRECTIONS
     from pods.core.loss import NORMS
     from pods.core.selection import SCOPES
 
     tuples = {"dtype": groups.DTYPES, "mixed_precision": groups.MIXED_PRECISIONS,
               "parallelism": groups.PARALLELISMS, "lr_schedule": groups.SCHEDULES,
               "selection": SCOPES, "reward_errors": groups.REWARD_ERRORS,
-              "code_reward": groups.CODE_REWARDS, "loss_norm": NORMS, "adv_scale": SCALES}
+              "code_reward": groups.CODE_REWARDS, "loss_norm": NORMS, "adv_scale": SCALES,
+              "is_correction": CORRECTIONS}
     for key, names in tuples.items():
         assert typing.get_origin(LEAVES[key].hint) is typing.Literal, key
         assert LEAVES[key].choices == names and LEAVES[key].kind == "str", key

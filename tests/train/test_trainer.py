@@ -263,6 +263,35 @@ def test_multiple_iterations_and_kl_run(tiny_model_dir, tmp_path):
     assert max((with_kl[k] - without[k]).abs().max().item() for k in with_kl) > 1e-4
 
 
+GAP_KEYS = ("rollout/logprob_gap", "rollout/logprob_gap_max", "rollout/logprob_kl_k3",
+            "rollout/ratio_outside_frac")
+IS_KEYS = ("loss/is_weight_mean", "loss/is_masked_frac", "loss/is_capped_frac")
+
+
+def test_a_corrected_run_logs_the_gap_and_what_the_correction_did(tiny_model_dir, tmp_path):
+    """is_correction token_mask on the hf engine: every step logs the gap's tail and the
+    correction's keys. In float32 the engine's log-probs are the trainer's (float noise),
+    so nothing is masked and the weights are 1; under bf16 mixed precision the engine
+    samples from a bf16 copy and the gap is real. Without a correction only the gap."""
+    run = train(config(tiny_model_dir, tmp_path, is_correction="token_mask", run_name="f32"))
+    steps = read_metrics(run / "metrics.jsonl", "step")
+    for step in steps:
+        assert all(key in step for key in GAP_KEYS + IS_KEYS), step
+        assert 0 <= step["rollout/logprob_gap"] <= step["rollout/logprob_gap_max"] < 1e-4
+        assert step["rollout/ratio_outside_frac"] == 0 and step["loss/is_masked_frac"] == 0
+        assert step["loss/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
+    start, end = weights(tiny_model_dir), weights(run / "checkpoints" / "step_000002" / "model")
+    assert any(not torch.equal(start[k], end[k]) for k in start)
+    bf16 = train(config(tiny_model_dir, tmp_path, is_correction="sequence_truncate",
+                        mixed_precision="bf16", run_name="bf16"))
+    step = read_metrics(bf16 / "metrics.jsonl", "step")[0]
+    assert step["rollout/logprob_gap"] > 1e-4 and step["rollout/logprob_kl_k3"] > 0
+    assert step["loss/is_weight_mean"] != 1.0
+    plain = read_metrics(train(config(tiny_model_dir, tmp_path, run_name="plain"))
+                         / "metrics.jsonl", "step")[0]
+    assert all(key in plain for key in GAP_KEYS) and not any(k in plain for k in IS_KEYS)
+
+
 def test_a_model_that_cannot_load_leaves_no_run_folder(tmp_path):
     missing = str(tmp_path / "no" / "model-here")  # neither a folder nor a valid hub id
     with pytest.raises(ValueError, match="model-here does not exist"):

@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from pods.config import LossConfig, OptimConfig
+from pods.core.loss import PolicyLoss, loss_normalizer
+from pods.models.logprobs import completion_logprobs
 from pods.rollout import Rollouts
 from pods.train.selection import KeptBatch
 from pods.train.update import UpdateSpec, policy_update
@@ -38,8 +40,10 @@ def update(model, batch, advantages, ref=None, kept=None, **fields):
     """policy_update on ``batch`` with ``advantages``; ``kept`` (default: every row) is the
     count the normaliser divides by, as rank_batch gives it."""
     optim = OptimConfig(**{"max_grad_norm": 0.0, **{k: v for k, v in fields.items()
-                                                    if k in ("num_iterations",)}})
-    loss = LossConfig(**{k: v for k, v in fields.items() if k in ("beta", "norm")})
+                                                    if k in ("num_iterations",
+                                                             "micro_batch_size")}})
+    loss = LossConfig(**{k: v for k, v in fields.items()
+                         if k in ("beta", "norm", "is_correction", "is_cap")})
     sgd = torch.optim.SGD(model.parameters(), lr=1.0)
     rows = KeptBatch(batch, torch.tensor(advantages), kept=len(advantages) if kept is None
                      else kept, pad_rows=0 if kept is None else len(advantages) - kept)
@@ -115,3 +119,141 @@ def test_the_logprob_gap_is_a_mean_over_kept_tokens():
     batch.logprobs = torch.tensor([[half + 0.1], [half - 0.3], [half + 5.0]])
     stats = update(Bigram([0.0, 0.0]), batch, [1.0, -1.0, 0.0], kept=2)
     assert stats["rollout/logprob_gap"] == pytest.approx(0.2, rel=1e-5)
+
+
+def engine_said(ratios, mask):
+    """Engine log-probs [B, T] that make exp(trainer - engine) = ``ratios`` where the
+    trainer (theta = 0, V = 2) says log(1/2) for every token; 0 on padding."""
+    return (math.log(0.5) - torch.tensor(ratios).log()) * torch.tensor(mask)
+
+
+def test_the_gap_tail_is_reduced_over_micro_batches():
+    """tests/core/test_correction's worked example through the update, one row per
+    micro-batch: ratios 2.5, 0.6 | 1, 0.25, 1.5 on 5 tokens -> mean |d| 3.2189 / 5, max
+    |d| log 4 (the second micro-batch's), k3 mean 1.4253 / 5, 2 of 5 outside [1/2, 2]."""
+    mask = [[1, 1, 0], [1, 1, 1]]
+    batch = rollouts([[0, 0, 0], [1, 1, 1]], mask)
+    batch.logprobs = engine_said([[2.5, 0.6, 1.0], [1.0, 0.25, 1.5]], mask)
+    stats = update(Bigram([0.0, 0.0]), batch, [1.0, -1.0], micro_batch_size=1)
+    assert stats["rollout/logprob_gap"] == pytest.approx(3.2189 / 5, abs=1e-4)
+    assert stats["rollout/logprob_gap_max"] == pytest.approx(math.log(4), abs=1e-5)
+    assert stats["rollout/logprob_kl_k3"] == pytest.approx(1.4253 / 5, abs=1e-4)
+    assert stats["rollout/ratio_outside_frac"] == pytest.approx(0.4)
+    assert not any(k.startswith("loss/is_") for k in stats)  # no correction asked for
+
+
+@pytest.mark.parametrize("norm", ["sequence", "token", "constant"])
+@pytest.mark.parametrize("micro", [None, 2])
+def test_none_is_todays_loss_bit_for_bit(norm, micro):
+    """is_correction none (the default), engine log-probs present: the update equals, bit
+    for bit, the loss taken the way it was before corrections existed: PolicyLoss on [B]
+    advantages and the completion mask, normalised by the kept rows / tokens."""
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, 3, (5, 4), generator=g)
+    mask = (torch.rand(5, 4, generator=g) > 0.3).long()
+    mask[:, 0] = 1
+    adv = torch.randn(5, generator=g)
+    theta = torch.randn(3, generator=g).tolist()
+    batch = rollouts(tokens.tolist(), mask.tolist())
+    batch.logprobs = -torch.rand(5, 4, generator=g)  # the engine's, somewhat off
+    model = Bigram(theta)
+    stats = update(model, batch, adv.tolist(), norm=norm, micro_batch_size=micro)
+
+    want = Bigram(theta)  # the same update, written out
+    loss_fn = PolicyLoss(norm=norm)
+    normalizer = loss_normalizer(norm, 5, mask.sum().item(), 4)
+    total = 0.0
+    for part in [slice(0, 5)] if micro is None else [slice(0, 2), slice(2, 4), slice(4, 5)]:
+        logp = completion_logprobs(want, batch.prompt_ids[part], batch.prompt_mask[part],
+                                   batch.completion_ids[part], batch.completion_mask[part], 1.0)
+        loss, _ = loss_fn(logp, None, adv[part], batch.completion_mask[part].float(),
+                          normalizer=normalizer)
+        loss.backward()
+        total += loss.item()
+    torch.optim.SGD(want.parameters(), lr=1.0).step()
+    assert torch.equal(model.theta, want.theta)
+    assert stats["loss/loss"] == total
+
+
+def test_token_truncate_weights_each_tokens_gradient():
+    """sequence norm, one token per row: row 0 (token 0, A = +1) at ratio 2.5 gets weight
+    min(2.5, 2) = 2; row 1 (token 1, A = -1) at ratio 0.5 gets 0.5. d log pi(0) / d theta
+    = (.5, -.5), d log pi(1) = (-.5, .5): grad = -(2 (.5, -.5) - .5 (-.5, .5)) / 2 =
+    (-.625, .625), so theta -> (.625, -.625) (no correction: (.5, -.5))."""
+    batch = rollouts([[0], [1]], [[1], [1]])
+    batch.logprobs = engine_said([[2.5], [0.5]], [[1], [1]])
+    model = Bigram([0.0, 0.0])
+    stats = update(model, batch, [1.0, -1.0], is_correction="token_truncate")
+    assert model.theta.tolist() == pytest.approx([0.625, -0.625])
+    assert stats["loss/is_weight_mean"] == pytest.approx(1.25)  # (2 + .5) / 2
+    assert stats["loss/is_capped_frac"] == pytest.approx(0.5)
+    assert stats["loss/is_masked_frac"] == 0.0
+
+
+@pytest.mark.parametrize("micro", [None, 1])
+def test_token_mask_drops_tokens_from_the_loss_and_the_token_normaliser(micro):
+    """norm token, cap 2. Row 0 (A = +1): tokens 0, 0 at ratios 2.5 (dropped) and 0.8
+    (weight .8); row 1 (A = -1): token 1 at ratio 1 and a padded one. Two tokens remain:
+    grad = -(.8 (.5, -.5) - (-.5, .5)) / 2 = (-.45, .45), theta -> (.45, -.45); dividing by
+    all 3 completion tokens would give (.3, -.3)."""
+    mask = [[1, 1], [1, 0]]
+    batch = rollouts([[0, 0], [1, 1]], mask)
+    batch.logprobs = engine_said([[2.5, 0.8], [1.0, 1.0]], mask)
+    model = Bigram([0.0, 0.0])
+    stats = update(model, batch, [1.0, -1.0], norm="token", is_correction="token_mask",
+                   micro_batch_size=micro)
+    assert model.theta.tolist() == pytest.approx([0.45, -0.45])
+    assert stats["loss/is_masked_frac"] == pytest.approx(1 / 3)
+    assert stats["loss/is_weight_mean"] == pytest.approx(0.9)  # (.8 + 1) / 2
+
+
+def test_sequence_mask_drops_sequences_from_the_sequence_normaliser():
+    """norm sequence, cap 2. Row 0 (A = +1): tokens 0, 0 at ratios 2.5 and 0.6, product
+    1.5: kept, weight 1.5; row 1 (A = -1): token 1 at 0.25: dropped; row 2 (A = -1): token
+    1 at ratio 1: weight 1. Two sequences remain: grad = -(1.5 (.5, -.5) - (-.5, .5)) / 2
+    = (-.625, .625); dividing by 3 sequences would give 2/3 of it."""
+    mask = [[1, 1], [1, 0], [1, 0]]
+    batch = rollouts([[0, 0], [1, 1], [1, 1]], mask)
+    batch.logprobs = engine_said([[2.5, 0.6], [0.25, 1.0], [1.0, 1.0]], mask)
+    model = Bigram([0.0, 0.0])
+    stats = update(model, batch, [1.0, -1.0, -1.0], is_correction="sequence_mask")
+    assert model.theta.tolist() == pytest.approx([0.625, -0.625])
+    assert stats["loss/is_masked_frac"] == pytest.approx(1 / 4)  # 1 of 4 tokens
+
+
+def test_a_correction_without_engine_logprobs_is_refused():
+    with pytest.raises(ValueError, match="--is-correction none"):
+        update(Bigram([0.0, 0.0]), rollouts([[0]], [[1]]), [1.0],
+               is_correction="token_truncate")
+
+
+class TwoRanks:
+    """A Dist stand-in for the reductions: this rank's values and another rank's."""
+
+    world = 2
+
+    def __init__(self, other):
+        self.other = other
+
+    def reduce(self, values, op):
+        combine = max if op == "max" else (lambda a, b: a + b)
+        return {k: combine(v, self.other[k]) for k, v in values.items()}
+
+
+def test_the_gap_and_the_correction_stats_reduce_over_ranks_as_one_batch():
+    """Rank 0 holds 2 tokens with |d| 0.1, 0.3 (max .3), rank 1 three with |d| summing to
+    0.5 (max .4): the mean is over the 5 tokens, not a mean of the ranks' means, and the
+    max is the largest of all. The correction's shares likewise count tokens."""
+    from pods.train.update import _gap_metrics, _is_metrics
+
+    mine = {"abs": 0.4, "max": 0.3, "k3": 0.02, "outside": 0.0, "tokens": 2.0}
+    other = {"abs": 0.5, "max": 0.4, "k3": 0.08, "outside": 1.0, "tokens": 3.0}
+    stats = _gap_metrics(mine, TwoRanks(other))
+    assert stats == pytest.approx({"rollout/logprob_gap": 0.9 / 5, "rollout/logprob_gap_max": 0.4,
+                                   "rollout/logprob_kl_k3": 0.1 / 5,
+                                   "rollout/ratio_outside_frac": 1 / 5})
+    mine = {"weight": 1.8, "kept": 2.0, "dropped": 0.0, "capped": 1.0}
+    other = {"weight": 1.0, "kept": 1.0, "dropped": 2.0, "capped": 0.0}
+    stats = _is_metrics(mine, TwoRanks(other))
+    assert stats == pytest.approx({"loss/is_weight_mean": 2.8 / 3, "loss/is_masked_frac": 2 / 5,
+                                   "loss/is_capped_frac": 1 / 5})

@@ -97,6 +97,9 @@ def _ranges(c: Config) -> Iterator[str]:
            w.tags, w.correctness) < 0:
         yield "beta, weight_decay, max_grad_norm, eval_temperature and the reward weights " \
               "must be >= 0."
+    if not c.loss.is_cap > 1:
+        yield f"is_cap={c.loss.is_cap} must be > 1: ratios are truncated at is_cap and " \
+              f"masked outside [1/is_cap, is_cap] (TRL's default: 2)."
     if not (0 <= o.adam_beta1 < 1 and 0 <= o.adam_beta2 < 1):
         yield "adam_beta1 and adam_beta2 must be in [0, 1)."
     if not (0 <= o.warmup_frac < 1 and 0 <= o.lr_floor <= 1):

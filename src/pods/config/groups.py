@@ -23,16 +23,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from pods.core.advantages import Scale
+from pods.core.correction import Correction
 from pods.core.loss import Norm
 from pods.core.selection import Scope
 
 # The fixed choices of some fields, each written once as the field's type (a field typed
 # with one takes only those values: pods.config.flat checks them, and they are the flags'
 # choices); the components that implement them import the tuples. The choices of the pure
-# math are pods.core's (selection scopes, advantage scales, loss normalisations). (Open
-# registries, which a user may extend, are the components' own: rules in
-# pods.core.downsample, tasks in pods.tasks, engines in pods.rollout, trackers in
-# pods.tracking.)
+# math are pods.core's (selection scopes, advantage scales, loss normalisations and
+# importance-sampling corrections). (Open registries, which a user may extend, are the
+# components' own: rules in pods.core.downsample, tasks in pods.tasks, engines in
+# pods.rollout, trackers in pods.tracking.)
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 MixedPrecision = Literal["no", "bf16"]
 Parallelism = Literal["ddp", "fsdp2"]
@@ -216,6 +217,21 @@ class LossConfig:
     beta: float = _f(0.0, "KL penalty weight to the starting policy (k3); 0 as in the paper.")
     norm: Norm = _f("sequence", "Loss normalisation: sequence (paper), token (DAPO), constant "
                     "(Dr. GRPO).", "loss_norm")
+    is_correction: Correction = _f("none", "Importance-sampling correction of the "
+                                   "engine/trainer gap (rollouts sampled by the engine, scored "
+                                   "by the trainer; needs the engine's sampled log-probs: hf "
+                                   "and vllm return them). Per token, ratio = exp(trainer - "
+                                   "engine log-prob); sequence modes take the product over "
+                                   "the sequence. token_truncate / sequence_truncate: multiply "
+                                   "the policy-gradient term by min(ratio, is_cap) (TIS); "
+                                   "token_mask / sequence_mask: weight by the ratio and drop "
+                                   "tokens / whole sequences whose ratio is outside [1/is_cap, "
+                                   "is_cap] from the loss and its normaliser (MIS, ICE-POP). "
+                                   "Yao et al. 2025, 'Your efficient RL framework secretly "
+                                   "brings you off-policy RL training'; TRL's "
+                                   "vllm_importance_sampling_mode. none: no correction.")
+    is_cap: float = _f(2.0, "The importance-sampling correction's cap C > 1: truncate at C, "
+                       "mask outside [1/C, C] (TRL's vllm_importance_sampling_cap: 2).")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The checks of a ``TrainConfig`` that need the open registries, each asked of the component
 that owns it: the rule (``pods.core.downsample.RULES``), the task (``pods.tasks``), the
-engine (``pods.rollout.ENGINES``) and the trackers (``pods.tracking``). ``pods.config``
+engine (``pods.rollout.ENGINES``: its name, and its log-probs where the importance-sampling
+correction needs them) and the trackers (``pods.tracking``). ``pods.config``
 checks everything else when a config is built; these run before anything loads: first in
 the trainer, and in ``pods compare`` for every run before the first one trains. The rule's
 name is checked by ``pods.core.downsample.check_rule`` (as in the TRL and verl adapters),
@@ -15,7 +16,7 @@ from pods.config import TrainConfig
 from pods.config.checks import one_of
 from pods.core.downsample import check_rule
 from pods.core.rollout_inputs import rule_sources
-from pods.rollout import engine_names
+from pods.rollout import engine_names, returns_logprobs
 from pods.tasks import task_problems
 from pods.tracking import tracker_problems
 
@@ -25,7 +26,17 @@ def registry_problems(config: TrainConfig) -> Iterator[str]:
     yield from _rule_problems(config.selection.rule)
     yield from task_problems(config.task, config.model.name)
     yield from one_of("engine", config.rollout.engine, engine_names())
+    yield from _logprob_problems(config.loss.is_correction, config.rollout.engine)
     yield from tracker_problems(config.tracking.report_to)
+
+
+def _logprob_problems(correction: str, engine: str) -> Iterator[str]:
+    """A message when the importance-sampling correction is on and the engine returns no
+    log-probs of its sampled tokens (``pods.rollout.returns_logprobs``)."""
+    if correction != "none" and engine in engine_names() and not returns_logprobs(engine):
+        yield f"is_correction {correction} weighs each token by the engine's log-prob of " \
+              f"it, and engine {engine!r} returns none (its module sets no " \
+              f"SAMPLED_LOGPROBS); use --engine hf or vllm, or --is-correction none."
 
 
 def _rule_problems(rule: str) -> Iterator[str]:
