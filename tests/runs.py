@@ -48,3 +48,16 @@ def train_interrupted(config, after: int) -> None:
     with pytest.MonkeyPatch.context() as patch, pytest.raises(KeyboardInterrupt):
         patch.setattr(Trainer, "sample", sample_then_interrupt)
         train(config)
+
+
+def varied_rewards(monkeypatch) -> None:
+    """Every group's rewards 0, 1, 0, 1, ...: each step has signal and so updates (a step
+    whose kept rewards are all equal skips its update, and with it the weight sync and the
+    log-prob gap). For tests of the update's path on a real model, whose rewards at tiny
+    budgets are all 0."""
+    from pods.tasks.scoring import Scorer, Scores
+
+    def rewards(self, texts, problems, n, finished=None):
+        return Scores((torch.arange(n) % 2).float().expand(len(problems), n).clone(), 0, 0)
+
+    monkeypatch.setattr(Scorer, "rewards", rewards)

@@ -19,6 +19,7 @@ from pods.cli import main
 from pods.config import load_yaml
 from pods.models.policy import load_policy
 from pods.runs.metrics import read_metrics
+from runs import varied_rewards
 
 BUDGET = ["--task", "arithmetic", "--n", "2", "--m", "2", "--prompts-per-step", "1",
           "--max-new-tokens", "8", "--eval-size", "2", "--eval-every", "1e9",
@@ -92,9 +93,12 @@ def test_pods_check_on_the_model(offline, tmp_path):
     assert [row["status"] for row in report["modes"]] == ["passed"]
 
 
-def test_mixed_precision_on_the_word_problems_keeps_float32_weights(offline, tmp_path):
+def test_mixed_precision_on_the_word_problems_keeps_float32_weights(offline, tmp_path,
+                                                                    monkeypatch):
     """The showcase's settings (wordproblems through the chat template, --mixed-precision
-    bf16) for 2 steps: float32 checkpoints, a bf16 sampling copy synced after each step."""
+    bf16) for 2 steps: float32 checkpoints, a bf16 sampling copy synced after each step
+    (rewards with variance, so that each step updates)."""
+    varied_rewards(monkeypatch)
     run = tmp_path / "mixed"
     budget = [a if a != "arithmetic" else "wordproblems" for a in BUDGET]
     assert main(["train", "--model", "smollm2", "--mixed-precision", "bf16", "--max-steps",

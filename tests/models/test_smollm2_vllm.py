@@ -8,11 +8,13 @@ import pytest
 from launch import saved_tensors
 from pods.cli import main
 from pods.runs.metrics import read_metrics
+from runs import varied_rewards
 
 pytestmark = pytest.mark.vllm
 
 
-def test_a_vllm_run_on_the_model_trains_and_checkpoints(offline, tmp_path):
+def test_a_vllm_run_on_the_model_trains_and_checkpoints(offline, tmp_path, monkeypatch):
+    varied_rewards(monkeypatch)  # each step updates: 16 tokens earn no real reward
     args = ["--model", "smollm2", "--task", "wordproblems", "--engine", "vllm",
             "--mixed-precision", "bf16", "--vllm-seeded", "false", "--n", "4", "--m", "2",
             "--prompts-per-step", "1", "--max-new-tokens", "16", "--eval-size", "4",

@@ -45,6 +45,19 @@ def test_batch_selection_on_two_processes_matches_one(tiny_model_dir, tmp_path):
     assert any(r["select/pad_rows"] > 0 for r in steps)  # the ranks kept unequal numbers
 
 
+def test_dynamic_sampling_on_two_processes(tiny_model_dir, tmp_path):
+    """Each rank needs its own P/W groups with signal; both decide from the same gathered
+    rewards, so they draw the same rounds and keep consistent groups (a disagreement would
+    break the collectives or the shapes). Resumed on 2 processes, the run goes on."""
+    fields = dict(dynamic_sampling="true", max_sampling_rounds=3, temperature=0.5)
+    pods(train_args(tiny_model_dir, tmp_path, "two", max_steps=2, **fields), procs=2)
+    pods(["train", "--resume", str(tmp_path / "two"), "--max-steps", "3"], procs=2)
+    steps = read_metrics(tmp_path / "two" / "metrics.jsonl", "step")
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    assert all(1 <= r["rollout/rounds"] <= 3 for r in steps)
+    assert all(r["rollout/prompts_drawn"] == 4 * r["rollout/rounds"] for r in steps)
+
+
 def test_accelerate_launch_runs_the_same(tiny_model_dir, tmp_path):
     fields = dict(max_steps=2)
     pods(train_args(tiny_model_dir, tmp_path, "one", **fields), procs=1)

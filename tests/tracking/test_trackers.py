@@ -19,7 +19,9 @@ TRACKED = ["--report-to", "tensorboard,wandb,trackio,mlflow", "--tracker-project
            "--tracker-group", "grp", "--max-time", "none", "--prompts-per-step", "2",
            "--n", "4", "--m", "2", "--eval-size", "8", "--max-new-tokens", "4",
            "--progress", "false", "--eval-every", "1e9"]
-STEP_KEYS = ("rollout/reward_mean", "time/generate", "loss/loss", "time")
+# keys every step has (loss/ keys are absent from a step with nothing to learn from, which
+# the untrained model on the arithmetic task often has: no update runs)
+STEP_KEYS = ("rollout/reward_mean", "time/generate", "optim/lr", "time")
 
 
 def pods(env, *args) -> None:
@@ -67,7 +69,7 @@ def test_tensorboard_event_files_read_back(tracked):
         # the walltime is the run's start plus its training seconds
         assert [s.wall_time - start for s in scalars] == \
             pytest.approx([r["time"] for r in records if key in r], abs=1e-3)
-    assert sorted({s.step for s in events.Scalars("loss/loss")}) == [1, 2, 3, 4]
+    assert sorted({s.step for s in events.Scalars("optim/lr")}) == [1, 2, 3, 4]
 
 
 def wandb_records(path: Path):

@@ -19,6 +19,7 @@ from pods.runs.metrics import read_metrics
 from pods.train.resumes import checkpoint_config, resume_config
 from pods.train.run import resume
 from pods.train.selection import selection_spec
+from runs import varied_rewards
 
 RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
 OLD = RUNS / "v0_flat_config"
@@ -37,7 +38,8 @@ def test_an_old_flat_config_file_reads_into_the_groups():
         {k: LEAVES[k].default for k in added}
 
 
-def test_an_old_run_folder_resumes(tiny_model_dir, tmp_path):
+def test_an_old_run_folder_resumes(tiny_model_dir, tmp_path, monkeypatch):
+    varied_rewards(monkeypatch)  # step 3 has signal, so its update steps the old optimizer
     run = tmp_path / "v0_flat_config"
     shutil.copytree(OLD, run)
     before = load_file(run / "checkpoints" / "step_000002" / "model" / "model.safetensors")

@@ -37,7 +37,7 @@ def problems(c: Config) -> Iterator[str]:
 def _counts(c: Config) -> Iterator[str]:
     r, s = c.rollout, c.selection
     for key in ("prompts_per_step", "n", "m", "max_new_tokens", "gen_batch_size",
-                "num_iterations", "max_prompt_tokens", "eval_repeats"):
+                "max_sampling_rounds", "num_iterations", "max_prompt_tokens", "eval_repeats"):
         if get(c, key) < 1:
             yield f"{key}={get(c, key)} must be at least 1."
     if s.m > r.n:

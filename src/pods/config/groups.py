@@ -187,6 +187,13 @@ class SelectionConfig:
                                         "keep; None = n.")
     adv_scale: Scale = _f("group", "Advantage scaling over each prompt's kept rollouts: group "
                           "std (GRPO), batch std, or none (Dr. GRPO).")
+    dynamic_sampling: bool = _f(False, "Dynamic sampling (DAPO, arXiv 2503.14476; verl's "
+                                "filter_groups): draw more rounds of P prompts until the step "
+                                "holds P groups whose rewards vary (each rank its P/W), at most "
+                                "max_sampling_rounds rounds; groups without signal fill the rest "
+                                "when the cap is reached. See pods.train.sampling.")
+    max_sampling_rounds: int = _f(4, "dynamic_sampling: most rounds of P prompts one step draws "
+                                  "(generation and scoring of each counted in its time).")
 
 
 @dataclass(frozen=True)

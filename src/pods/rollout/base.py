@@ -47,6 +47,29 @@ class Rollouts:
         """What the rules' per-rollout inputs are computed from (pods.core.rollout_inputs)."""
         return {"completion_ids": self.completion_ids, "completion_mask": self.completion_mask}
 
+    @staticmethod
+    def cat(parts: list[Rollouts]) -> Rollouts:
+        """The rows of ``parts``, in order: prompts left-padded and completions right-padded
+        to the widest (padding masked out; log-probs 0 there). One part is returned as is."""
+        if len(parts) == 1:
+            return parts[0]
+        def pad(tensors: list[Tensor], left: bool = False) -> Tensor:
+            width = max(t.shape[1] for t in tensors)
+            return torch.cat([torch.nn.functional.pad(
+                t, (width - t.shape[1], 0) if left else (0, width - t.shape[1]))
+                for t in tensors])
+
+        logprobs = None if any(p.logprobs is None for p in parts) else \
+            pad([p.logprobs for p in parts])
+        finished = None if any(p.finished is None for p in parts) else \
+            torch.cat([p.finished for p in parts])
+        # a left-padded prompt pads with 0s: its mask says which tokens are real
+        return Rollouts(pad([p.prompt_ids for p in parts], left=True),
+                        pad([p.prompt_mask for p in parts], left=True),
+                        pad([p.completion_ids for p in parts]),
+                        pad([p.completion_mask for p in parts]),
+                        [t for p in parts for t in p.texts], logprobs, finished)
+
     def select(self, rows: Tensor) -> Rollouts:
         """The rollouts at ``rows`` [K], trimmed to their longest completion."""
         mask = self.completion_mask[rows]

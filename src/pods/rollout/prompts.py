@@ -38,3 +38,14 @@ def drop_long_prompts(tokenizer, task, problems: list[Problem],
     lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=special)["input_ids"]]
     kept = [p for p, n in zip(problems, lengths, strict=True) if n <= max_tokens]
     return kept, len(problems) - len(kept)
+
+
+def fitting_splits(tokenizer, task, max_tokens: int) -> tuple[list, list, dict[str, int]]:
+    """The task's train and test problems whose prompts fit ``max_tokens``, and how many of
+    each were dropped (``data/dropped_train``, ``data/dropped_test``)."""
+    train, dropped_train = drop_long_prompts(tokenizer, task, task.train(), max_tokens)
+    test, dropped_test = drop_long_prompts(tokenizer, task, task.test(), max_tokens)
+    if not train:
+        raise ValueError(f"no training prompt fits in max_prompt_tokens={max_tokens}; "
+                         f"raise it.")
+    return train, test, {"data/dropped_train": dropped_train, "data/dropped_test": dropped_test}

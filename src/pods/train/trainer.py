@@ -26,7 +26,7 @@ from pods.models.policy import load_policy, load_saved_policy
 from pods.models.precision import autocast, compute_dtype
 from pods.models.source import check_source
 from pods.rollout import EngineSpec, make_engine, resolve_engine, sample_keys
-from pods.rollout.prompts import drop_long_prompts, render_prompts
+from pods.rollout.prompts import fitting_splits, render_prompts
 from pods.runtime import fsdp
 from pods.runtime.device import peak_memory_mb
 from pods.runtime.distributed import Dist, launched_world_size
@@ -42,6 +42,7 @@ from pods.train.checkpoint import (
 )
 from pods.train.checks import check
 from pods.train.progress import Clock
+from pods.train.sampling import INPUT, Round, assemble, enough, varied
 from pods.train.schedule import budget_progress, lr_multiplier
 from pods.train.selection import Sampled, rank_batch, selection_spec
 from pods.train.update import UpdateSpec, policy_update
@@ -83,7 +84,12 @@ class Trainer:
             max_model_len=config.task.max_prompt_tokens + config.rollout.max_new_tokens,
             seed=config.run.seed, world=self.dist.world, sharded=self.dist.sharded,
             dtype=compute_dtype(config.model.mixed_precision)), self.model, self.tokenizer)
-        self.train_set, self.test_set, self.dropped = self._datasets()
+        limit = config.task.max_prompt_tokens
+        self.train_set, test, self.dropped = fitting_splits(self.tokenizer, self.task, limit)
+        self.test_set = test[: config.eval.size]
+        if any(self.dropped.values()):
+            self.log(f"dropped prompts over {limit} tokens: {self.dropped['data/dropped_train']} "
+                     f"train, {self.dropped['data/dropped_test']} test")
         self.scorer = Scorer(self.task, config.task.reward_errors, warn=self.log,
                              truncated_reward=config.task.truncated_reward)
         self.prompt_rng = np.random.default_rng(config.run.seed)
@@ -108,60 +114,60 @@ class Trainer:
         return torch.optim.AdamW(trainable, lr=o.lr, betas=(o.adam_beta1, o.adam_beta2),
                                  weight_decay=o.weight_decay)
 
-    def _datasets(self):
-        """Train and test problems whose prompts fit ``max_prompt_tokens``; drops counted."""
-        limit, tok, task = self.cfg.task.max_prompt_tokens, self.tokenizer, self.task
-        train, dropped_train = drop_long_prompts(tok, task, task.train(), limit)
-        test, dropped_test = drop_long_prompts(tok, task, task.test(), limit)
-        if not train:
-            raise ValueError(f"no training prompt fits in max_prompt_tokens={limit}; "
-                             f"raise it.")
-        if dropped_train or dropped_test:
-            self.log(f"dropped prompts over {limit} tokens: {dropped_train} train, "
-                     f"{dropped_test} test")
-        dropped = {"data/dropped_train": dropped_train, "data/dropped_test": dropped_test}
-        return train, test[: self.cfg.eval.size], dropped
-
     # ---- one step: sample (generate, score, select), then update on what was kept -------
     def step(self) -> dict[str, float]:
         """One step; its metrics record."""
         return self.update(self.sample())
 
     def sample(self) -> Sampled:
-        """Draw P prompts, generate n rollouts each, score them and keep m per group. Nothing
-        is trained yet: a failure or Ctrl-C here is undone by ``rewind``. Under data
-        parallelism this rank generates for its P/W prompts (mine), and selection and
+        """Draw P prompts, generate n rollouts each and score them (with dynamic sampling,
+        more rounds until the groups carry signal: pods.train.sampling), then keep m per
+        group. Nothing is trained yet: a failure or Ctrl-C here is undone by ``rewind``.
+        Under data parallelism this rank generates for its P/W prompts, and selection and
         advantages run on the gathered [P, n] rewards, as on one process."""
-        r, s = self.cfg.rollout, self.cfg.selection
-        P, n = r.prompts_per_step, r.n
+        s = self.cfg.selection
         self.clock.phases = {}
         # what a failure before the update rewinds to (rewind)
         self.before_step = self.clock.seconds, rng_states(self.prompt_rng, self.select_gen)
+        rounds = [self._round(0)]
+        while s.dynamic_sampling and len(rounds) < s.max_sampling_rounds and \
+                not enough(varied(rounds, self.dist.world)):
+            rounds.append(self._round(len(rounds)))
+        with self.clock.phase("select"):
+            pool = assemble(rounds, self.dist.rank, self.dist.world)
+            g = pool.gathered  # [P, n] each, the same on every rank
+            inputs = {k.removeprefix(INPUT): v for k, v in g.items() if k.startswith(INPUT)}
+            chosen = select(g["rewards"], inputs, selection_spec(s), self.select_gen,
+                            g["lengths"])  # keep, advantages [P, n], metrics
+            kept = rank_batch(pool.rollouts, chosen, self.dist.rank, self.dist.world,
+                              self.device)  # this rank's kept rows [K]
+        signal = bool(chosen.advantages.any()) or (kept.kept > 0 and self.cfg.loss.beta > 0)
+        metrics = {**pool.metrics, **chosen.metrics, **kept.metrics}
+        return Sampled(kept, metrics, pool.lengths, pool.scores, signal)
+
+    def _round(self, index: int) -> Round:
+        """Round ``index`` of the step: P prompts drawn, this rank's generated and scored,
+        the rewards, lengths and the rule's inputs gathered over the ranks."""
+        r, P = self.cfg.rollout, self.cfg.rollout.prompts_per_step
         problems = [self.train_set[i] for i in
                     self.prompt_rng.choice(len(self.train_set), size=P, replace=False)]
         mine = self.dist.shard(P)  # this rank's prompts: P_r = P / W of them
-        my_problems = problems[mine]
         with self.clock.phase("generate"):
-            texts, special = render_prompts(self.tokenizer, self.task, my_problems)
-            keys = sample_keys(self.cfg.run.seed, self.step_count, torch.arange(P)[mine])
-            rollouts = self.engine.generate(texts, n, r.temperature, r.max_new_tokens,
+            texts, special = render_prompts(self.tokenizer, self.task, problems[mine])
+            ids = index * P + torch.arange(P)[mine]  # round 0: the prompts' own indices
+            keys = sample_keys(self.cfg.run.seed, self.step_count, ids)
+            rollouts = self.engine.generate(texts, r.n, r.temperature, r.max_new_tokens,
                                             keys, special)  # P_r * n rows
         with self.clock.phase("reward"):
-            scores = self.scorer.rewards(rollouts.texts, my_problems, n,
+            scores = self.scorer.rewards(rollouts.texts, problems[mine], r.n,
                                          rollouts.finished)  # rewards [P_r, n]
         with self.clock.phase("select"):
-            lengths = completion_lengths(rollouts.completion_mask).view(-1, n).float().cpu()
-            rewards = self.dist.gather(scores.rewards)  # [P, n], the same on every rank
-            inputs = {name: self.dist.gather(value.view(-1, n).cpu())  # [P, n] each
-                      for name, value in rule_inputs(s.rule, **rollouts.sources()).items()}
-            chosen = select(rewards, inputs, selection_spec(s), self.select_gen,
-                            self.dist.gather(lengths))  # keep, advantages [P, n], metrics
-            kept = rank_batch(rollouts, chosen, self.dist.rank, self.dist.world,
-                              self.device)  # this rank's kept rows [K]
-        metrics = {"rollout/reward_mean": rewards.mean().item(), **chosen.metrics,
-                   **kept.metrics}
-        signal = bool(chosen.advantages.any()) or (kept.kept > 0 and self.cfg.loss.beta > 0)
-        return Sampled(kept, metrics, lengths, scores, signal)
+            lengths = completion_lengths(rollouts.completion_mask).view(-1, r.n).float().cpu()
+            local = {"rewards": scores.rewards, "lengths": lengths,
+                     **{INPUT + name: value.view(-1, r.n).cpu() for name, value in
+                        rule_inputs(self.cfg.selection.rule, **rollouts.sources()).items()}}
+            gathered = {k: self.dist.gather(v) for k, v in local.items()}  # [P, n] each
+        return Round(rollouts, scores, lengths, gathered)
 
     def update(self, sampled: Sampled) -> dict[str, float]:
         """Train on what ``sample`` kept (one optimizer step, ``num_iterations`` with reuse),
