@@ -17,7 +17,10 @@ def test_chosen_groups_take_signal_first_in_the_order_drawn():
     # 2 rounds, 2 ranks, 2 groups each: rank 0 drew [no, yes | yes, no], rank 1 [no, no | no, yes]
     varies = torch.tensor([[[False, True], [False, False]],
                            [[True, False], [False, True]]])  # [R, W, G]
-    assert chosen_groups(varies).tolist() == [[1, 2], [3, 0]]  # rank 1: its one, then a fill
+    assert chosen_groups(varies).tolist() == [[1, 2], [0, 3]]  # rank 1: its one and a fill,
+    # in the order drawn
+    one_round = torch.tensor([[[False, True, False], [True, False, True]]])  # [1, 2, 3]
+    assert chosen_groups(one_round).tolist() == [[0, 1, 2], [0, 1, 2]]  # every group, in place
     assert not enough(varies)  # rank 1 holds one group with signal, needs two
     assert enough(torch.tensor([[[True, False], [True, True]], [[True, False], [False, False]]]))
 
@@ -87,7 +90,8 @@ def test_dynamic_sampling_stops_at_the_cap(tiny_model_dir, tmp_path, monkeypatch
     groups, i.e. not at all (no update), and says so."""
     rewards, calls = scored(lambda k: False)
     monkeypatch.setattr(trainer_module.Scorer, "rewards", rewards)
-    run = train(config(tiny_model_dir, tmp_path, dynamic_sampling=True, max_sampling_rounds=3))
+    run = train(config(tiny_model_dir, tmp_path, dynamic_sampling=True, max_sampling_rounds=3,
+                       dtype="float32"))  # compared with the float32 start, also on a GPU
     steps = read_metrics(run / "metrics.jsonl", "step")
     assert [r["rollout/rounds"] for r in steps] == [3, 3] and len(calls) == 6
     assert [r["rollout/signal_groups"] for r in steps] == [0, 0]

@@ -106,7 +106,8 @@ def test_a_step_without_reward_variance_moves_nothing(tiny_model_dir, tmp_path, 
                         lambda self, texts, problems, n, finished=None:
                         Scores(torch.ones(len(problems), n), 0, 0))
     said = []
-    run = train(config(tiny_model_dir, tmp_path), log=lambda *a, **k: said.append(str(a[0])))
+    run = train(config(tiny_model_dir, tmp_path, dtype="float32"),  # float32 on a GPU too
+                log=lambda *a, **k: said.append(str(a[0])))
     steps = read_metrics(run / "metrics.jsonl", "step")
     assert [r["select/kept"] for r in steps] == [6, 6]  # P*m = 3*2 kept, all advantage 0
     assert [r["optim/skipped"] for r in steps] == [1, 1]

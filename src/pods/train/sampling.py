@@ -65,10 +65,13 @@ def enough(varies: Tensor) -> bool:
 
 def chosen_groups(varies: Tensor) -> Tensor:
     """[R, W, P_r] -> [W, P_r]: for each rank, indices into its R * P_r drawn groups (round
-    by round): its first P_r with signal, then its first without, each in the order drawn."""
+    by round): its first P_r with signal, topped up with its first without, ascending (in
+    the order drawn: one round keeps every group where it was, so a run without dynamic
+    sampling is unchanged, down to the order of its sums)."""
     R, W, G = varies.shape
     flat = varies.permute(1, 0, 2).reshape(W, R * G)  # [W, R*G] rank's groups in draw order
-    return torch.argsort((~flat).int(), dim=1, stable=True)[:, :G]  # signal first
+    first = torch.argsort((~flat).int(), dim=1, stable=True)[:, :G]  # signal first
+    return first.sort(dim=1).values
 
 
 def assemble(rounds: list[Round], rank: int, world: int) -> Pool:
