@@ -157,3 +157,31 @@ def test_long_prompts_in_a_large_batch(setup):
     assert len(out.texts) == 256  # 256 requests of 47 prompt tokens: > 12,000 tokens
     alone = engine.generate(prompts[2:3], 64, 1.0, 4, sample_keys(5, 0, torch.arange(4))[2:3])
     assert alone.texts == out.texts[128:192]
+
+
+def test_a_weight_sync_prints_nothing_unless_asked(setup, capfd, monkeypatch):
+    """vLLM's log is off by default (each sync used to print three lines, one of them the
+    harmless `RotaryEmbedding: Failed to load weights`); VLLM_LOGGING_LEVEL brings it back
+    (vLLM's handlers read it when vLLM is imported; here a handler of the test's listens)."""
+    import logging
+
+    from pods.rollout.vllm import quiet
+
+    model, _, engine = setup
+    records, listener = [], logging.Handler()
+    listener.emit = lambda record: records.append(record.getMessage())
+    logger = logging.getLogger("vllm")
+    logger.addHandler(listener)
+    try:
+        capfd.readouterr()
+        engine.sync_weights(model)
+        printed = "".join(capfd.readouterr())
+        assert "Reloading" not in printed and "Failed to load weights" not in printed
+        assert records == []
+        monkeypatch.setenv("VLLM_LOGGING_LEVEL", "INFO")
+        quiet()
+        engine.sync_weights(model)
+        assert any("Reloading and processing weights took" in message for message in records)
+    finally:
+        logger.removeHandler(listener)
+        logger.setLevel("ERROR")

@@ -20,7 +20,9 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
+import warnings
 from contextlib import contextmanager
 
 import torch
@@ -46,6 +48,7 @@ class VLLMEngine:
         ``spec.seed`` once, faster); ``world`` (> 1: join the launcher's process group);
         ``dtype``: what vLLM computes in (default: the model's own), which the weights sent
         by ``sync_weights`` are cast to."""
+        quiet()
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GB)
         if os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0":
@@ -128,6 +131,18 @@ class VLLMEngine:
             yield
         finally:
             self.llm.wake_up()
+
+
+def quiet() -> None:
+    """vLLM logs errors only, unless ``VLLM_LOGGING_LEVEL`` is set (``INFO`` shows its
+    start-up and the three lines of every weight sync). The sync's ``RotaryEmbedding:
+    Failed to load weights`` is harmless: the trainer sends parameters, the rotary layer
+    holds only its cos/sin table (a function of the config, never trained), and vLLM puts
+    that table back (``tests/rollout/test_vllm.py`` checks that generation after a sync
+    matches the trainer)."""
+    level = os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    logging.getLogger("vllm").setLevel(level.upper())  # if vLLM was imported already
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\.")
 
 
 def installed() -> bool:

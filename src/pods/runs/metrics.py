@@ -91,6 +91,10 @@ def run_summary(run_dir: str | Path) -> str:
         shares = ", ".join(f"{phase} {100 * t / total:.0f}%" for phase, t in spent.items())
         lines.append(f"{steps[-1]['step']} steps in {steps[-1]['time']:.1f} training seconds "
                      f"({total / len(steps):.3f} s per step: {shares})")
+        skipped = sum(r.get("optim/skipped", 0) for r in steps)
+        if skipped:
+            lines.append(f"{skipped} of the {len(steps)} steps had no reward variance in the "
+                         f"rollouts kept: no update (optim/skipped)")
     if (run_dir / "curve.png").is_file():
         lines.append(f"learning curve: {run_dir / 'curve.png'}")
     return "\n".join(lines)

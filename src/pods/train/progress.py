@@ -31,6 +31,7 @@ class Progress:
         from tqdm.auto import tqdm
 
         self.by_steps = cfg.max_steps is not None
+        self.skipped = 0  # steps of this process without an update (no reward variance)
         total = cfg.max_steps if self.by_steps else cfg.max_time
         self.bar = tqdm(total=total, initial=steps if self.by_steps else round(seconds),
                         disable=not (cfg.progress and enabled),
@@ -42,10 +43,12 @@ class Progress:
             self.bar.update(1)
         else:
             self.bar.update(min(round(record["time"]), self.bar.total) - self.bar.n)
+        self.skipped += record.get("optim/skipped", 0)
         acc = "-" if accuracy is None else f"{100 * accuracy:.1f}%"
+        skipped = f" skipped {self.skipped}" if self.skipped else ""
         self.bar.set_postfix_str(f"step {record['step']} reward "
                                  f"{record['rollout/reward_mean']:.3f} test {acc} "
-                                 f"train {record['time']:.0f}s")
+                                 f"train {record['time']:.0f}s{skipped}")
 
     def close(self) -> None:
         self.bar.close()

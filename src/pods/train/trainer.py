@@ -175,10 +175,7 @@ class Trainer:
         from here on leaves the weights half-updated (``rewind`` says so)."""
         self.updating = True
         losses, lr = {}, self._set_lr()
-        if not sampled.signal:  # no kept group with reward variance: every advantage is 0
-            self.log(f"step {self.step_count + 1}: no reward variance in the kept rollouts; "
-                     f"update skipped (weights and optimizer state unchanged)")
-        else:
+        if sampled.signal:  # else every kept advantage is 0: no update (optim/skipped 1)
             with self.clock.phase("update"), self.engine.asleep(), \
                     autocast(self.device, self.cfg.model.mixed_precision):
                 losses = policy_update(self.wrapped, self.ref_model, self.optimizer,
