@@ -52,6 +52,11 @@ case "$1" in
       *" --model "*) ;; *) extra="$extra --model {model}";; esac
     exec "{python}" -m pods "$@" $extra;;
   eval) exec "{python}" -m pods "$@" {cheap_eval};;
+  plan)
+    extra="--prompts 2 --samples 4 --rows 1,2"
+    case " $* " in *" --model "*) ;; *) extra="$extra --model {model} --task arithmetic";;
+    esac
+    exec "{python}" -m pods "$@" $extra;;
   check)
     args=("$@"); for i in "${{!args[@]}}"; do
       [ "${{args[$i]}}" = tiny ] && args[$i]="{model} --task arithmetic"; done

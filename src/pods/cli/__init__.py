@@ -10,6 +10,7 @@
     pods plot runs/compare                       redraw figures and the table from saved runs
     pods env                                     versions, devices, sandbox (for bug reports)
     pods check --out check/                      a few steps in every mode this machine runs
+    pods plan --config C.yaml                    choose P, n, m: signal and step costs measured here
     torchrun --nproc_per_node 4 -m pods -- train the same run, data-parallel on 4 processes
 """
 
@@ -21,6 +22,7 @@ import sys
 from functools import partial
 from pathlib import Path
 
+from pods.check.planner import add_parser as add_plan_parser
 from pods.check.run import add_parser as add_check_parser
 from pods.config import LEAVES, add_config_flags, config_from_args, flag_overrides
 from pods.models.fetch import FETCHABLE
@@ -131,6 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_env)
     add_check_parser(sub)
+    add_plan_parser(sub)
     return parser
 
 

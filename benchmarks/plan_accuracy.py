@@ -1,0 +1,85 @@
+"""`pods plan`'s predicted seconds per step against steps measured by `pods train`.
+
+Runs `pods plan` once for the config (the base model's rewards and this machine's costs),
+then, for each candidate, `pods train` with the same config and that P, n, m for --steps
+steps of the base model (one round of generation a step, as the planner models it; lr
+1e-20, since the config needs lr > 0: the weights stay the base model's, whose pass rate
+the planner measured, while every update still runs);
+prints predicted and measured seconds per step (the mean over steps 2 to --steps: the
+first is a warm-up), the measured share of steps that updated against the predicted
+chance, and measured over predicted. Each run is its own process, one after another (time
+nothing else meanwhile).
+
+    .venv-vllm/bin/python benchmarks/plan_accuracy.py --config configs/smollm2_wordproblems.yaml \
+        --candidates 1x16/4,1x8/8,1x32/8 --prompts 64 --steps 24 --out runs/plan_accuracy
+    .venv/bin/python benchmarks/plan_accuracy.py --model tiny --candidates 4x8/2,8x16/4 ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+
+def pods(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "pods", *args], check=True)
+
+
+def measured(run: Path) -> tuple[float, float, int]:
+    """(mean seconds per step over steps 2.., share of them that updated, steps)."""
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in steps if r.get("kind") == "step"][1:]
+    return (sum(r["time/step"] for r in steps) / len(steps),
+            sum(1 - r.get("optim/skipped", 0) for r in steps) / len(steps), len(steps))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=None)
+    parser.add_argument("--model", default=None, help="instead of --config (e.g. tiny)")
+    parser.add_argument("--candidates", required=True, help="PxN/M,...")
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--prompts", type=int, default=16, help="pods plan --prompts")
+    parser.add_argument("--out", default="runs/plan_accuracy")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    base = ["--config", args.config] if args.config else ["--model", args.model]
+    plan = out / "plan.json"
+    if not plan.is_file():
+        pods("plan", *base, "--candidates", args.candidates, "--prompts", str(args.prompts),
+             "--json", str(plan))
+    predictions = {f"{p['candidate']['P']}x{p['candidate']['n']}/{p['candidate']['m']}": p
+                   for p in json.loads(plan.read_text())["predictions"]}
+    rows = []
+    for text in args.candidates.split(","):
+        P, rest = text.split("x")
+        n, m = rest.split("/")
+        run = out / text.replace("/", "_")
+        if not (run / "metrics.jsonl").is_file() or measured(run)[2] < args.steps - 1:
+            shutil.rmtree(run, ignore_errors=True)  # an unfinished measurement: again
+            pods("train", *base, "--prompts-per-step", P, "--n", n, "--m", m,
+                 "--max-steps", str(args.steps), "--max-time", "100000", "--eval-size", "4",
+                 "--eval-every", "100000", "--checkpoint-every", "100000", "--progress", "false",
+                 "--dynamic-sampling", "false", "--lr", "1e-20",
+                 "--out-dir", str(out), "--run-name", run.name)
+        seconds, updated, count = measured(run)
+        p = predictions[text]
+        rows.append(f"| {text} | {p['step_s']:.2f} | {seconds:.2f} | {seconds / p['step_s']:.2f} "
+                    f"| {100 * p['update_chance']:.0f}% | {100 * updated:.0f}% | {count} |")
+    print(f"machine: {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} cores; config {args.config or args.model}")
+    print("| P x n / m | predicted s/step | measured s/step | measured / predicted | "
+          "predicted updates | measured updates | steps measured |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
