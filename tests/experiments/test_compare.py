@@ -1,5 +1,9 @@
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,8 @@ from pods.experiments.compare import (
 )
 from pods.runs.metrics import read_metrics
 from runs import flat
+
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def test_spec_numbers_in_yaml_exponent_form(tmp_path):
@@ -172,6 +178,44 @@ def _pid_and_seed(config):  # module level: the fresh process imports it by name
 
 def _refuses(config):
     raise ValueError(f"seed {config.run.seed} refused")
+
+
+ORPHAN = """
+import os, sys, time
+from pods.config import from_dict
+from pods.experiments.compare import in_fresh_process
+
+def wait(config):
+    open(sys.argv[1], "w").write(str(os.getpid()))
+    time.sleep(120)
+
+if __name__ == "__main__":
+    in_fresh_process(wait)(from_dict({}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG: Linux")
+def test_a_killed_compare_leaves_no_run_training_behind(tmp_path):
+    """`kill` of the comparison stops the run it had started (SIGINT, as Ctrl-C), instead
+    of leaving it to train on beside the next `pods compare`."""
+    script, pid_file = tmp_path / "parent.py", tmp_path / "child.pid"
+    script.write_text(ORPHAN)
+    parent = subprocess.Popen([sys.executable, str(script), str(pid_file)],
+                              env={**os.environ, "PYTHONPATH": str(SRC)})
+    deadline = time.monotonic() + 120
+    while not (pid_file.is_file() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    child = int(pid_file.read_text())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return  # the child is gone
+        time.sleep(0.2)
+    os.kill(child, signal.SIGKILL)
+    pytest.fail("the run went on after its comparison was killed")
 
 
 def test_pods_compare_trains_each_run_in_a_fresh_process():

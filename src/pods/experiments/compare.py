@@ -13,6 +13,8 @@ import difflib
 import multiprocessing
 import os
 import re
+import signal
+import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -213,12 +215,29 @@ def in_fresh_process(train_fn: Callable[[TrainConfig], Any]) -> Callable[[TrainC
     each call, which returns its result or raises its exception. What a run holds
     (weights, optimizer, vLLM's KV cache, threads) is released when it ends: in one
     process it was not, and a comparison of SmolLM2 runs on 24 GB ran out of memory in
-    its second run (the first left 7 GB behind). Each process imports pods again, about 5 s."""
+    its second run (the first left 7 GB behind). Each process imports pods again, about 5 s.
+    On Linux the run gets SIGINT if this process dies (``kill`` of `pods compare`), and
+    stops as on Ctrl-C, with a checkpoint; else it would train on, orphaned, beside
+    the next `pods compare` (a 2-core machine ran two seeds at once that way)."""
     def run(config: TrainConfig) -> Any:
         spawn = multiprocessing.get_context("spawn")  # nothing inherited from this process
-        with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
+        with ProcessPoolExecutor(max_workers=1, mp_context=spawn,
+                                 initializer=_stop_with_parent) as pool:
             return pool.submit(train_fn, config).result()
     return run
+
+
+def _stop_with_parent() -> None:
+    """Ask Linux to send this process SIGINT when its parent dies (prctl PR_SET_PDEATHSIG);
+    elsewhere nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, int(signal.SIGINT), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the parent died before the call: stop now
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def _quiet(*args, **kwargs) -> None:
