@@ -26,6 +26,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pods.runs.metrics import read_metrics
+
 
 def pods(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "pods", *args], check=True)
@@ -33,8 +35,7 @@ def pods(*args: str) -> None:
 
 def measured(run: Path) -> tuple[float, float, int]:
     """(mean seconds per step over steps 2.., share of them that updated, steps)."""
-    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in steps if r.get("kind") == "step"][1:]
+    steps = read_metrics(run / "metrics.jsonl", "step")[1:]
     return (sum(r["time/step"] for r in steps) / len(steps),
             sum(1 - r.get("optim/skipped", 0) for r in steps) / len(steps), len(steps))
 
