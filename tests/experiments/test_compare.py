@@ -187,27 +187,36 @@ from pods.experiments.compare import in_fresh_process
 
 def wait(config):
     open(sys.argv[1], "w").write(str(os.getpid()))
-    time.sleep(120)
+    time.sleep(600)  # longer than the test waits: only a stop ends it in time
 
 if __name__ == "__main__":
     in_fresh_process(wait)(from_dict({}))
 """
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG: Linux")
-def test_a_killed_compare_leaves_no_run_training_behind(tmp_path):
+@pytest.mark.parametrize("background", [False, True])
+def test_a_killed_compare_leaves_no_run_training_behind(tmp_path, background):
     """`kill` of the comparison stops the run it had started (SIGINT, as Ctrl-C), instead
-    of leaving it to train on beside the next `pods compare`."""
+    of leaving it to train on beside the next `pods compare`; also when the comparison
+    was started in the background by a script (`nohup pods compare ... &`), which starts
+    it with SIGINT ignored, and every process it starts inherits that."""
     script, pid_file = tmp_path / "parent.py", tmp_path / "child.pid"
     script.write_text(ORPHAN)
     parent = subprocess.Popen([sys.executable, str(script), str(pid_file)],
-                              env={**os.environ, "PYTHONPATH": str(SRC)})
+                              env={**os.environ, "PYTHONPATH": str(SRC)},
+                              preexec_fn=_ignore_sigint if background else None)
     deadline = time.monotonic() + 120
     while not (pid_file.is_file() and pid_file.read_text()) and time.monotonic() < deadline:
         time.sleep(0.2)
     child = int(pid_file.read_text())
     parent.send_signal(signal.SIGKILL)
     parent.wait()
+    deadline = time.monotonic() + 120  # a loaded machine is slow to start and stop Python
     while time.monotonic() < deadline:
         try:
             os.kill(child, 0)
