@@ -81,6 +81,7 @@ def run_shell(code: str, folder: Path, model: str, cheap: str, cheap_eval: str =
     env = dict(env or os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}",
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"),
                                                         os.environ.get("PYTHONPATH")])))
+    code = re.sub(r"\.venv(-\w+)?/bin/pods\b", "pods", code)  # the checkout's environment
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", code], env=env, cwd=folder,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-3000:]}\n" \
