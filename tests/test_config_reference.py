@@ -73,8 +73,31 @@ def test_fixed_choices_show_as_their_values():
     assert rows["max_steps"].type == "int | None"
 
 
-def test_hook_fills_only_the_marker():
-    page = "intro\n\n" + reference.MARKER + "\n"
+def test_hook_fills_only_the_markers():
+    page = "intro\n\n" + reference.MARKER + "\nstale\n" + reference.END + "\nafter\n"
     out = reference.on_page_markdown(page, None, None, None)
-    assert reference.MARKER not in out and "<code>--n</code>" in out
+    assert "<code>--n</code>" in out and "stale" not in out
+    assert out.startswith("intro\n\n" + reference.MARKER) and out.endswith(
+        reference.END + "\nafter\n")
+    assert reference.on_page_markdown(out, None, None, None) == out  # already current
     assert reference.on_page_markdown("no marker", None, None, None) == "no marker"
+
+
+def test_the_reference_in_the_file_is_current():
+    """docs/configuration.md holds the generated reference itself (it reads on GitHub too)."""
+    text = reference.PAGE.read_text()
+    assert reference.END in text
+    assert reference.with_reference(text, TrainConfig) == text, \
+        "docs/configuration.md is out of date: run `python docs/hooks/config_reference.py`"
+
+
+def test_the_training_guide_names_every_key_in_its_group():
+    """The training guide's table of groups lists each group's keys (task.math and
+    task.code inside the task row)."""
+    guide = (HOOK.parents[1] / "guides" / "training.md").read_text()
+    table = {line.split("|")[1].strip(): line for line in guide.splitlines()
+             if line.startswith("| ") and line.count("|") == 3}
+    for path, _, rows in reference.groups(TrainConfig):
+        row = table[path.split(".")[0]]
+        missing = [r.key for r in rows if f"`{r.key}`" not in row]
+        assert not missing, f"the training guide's {path} row lacks {missing}"

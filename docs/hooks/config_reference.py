@@ -1,8 +1,12 @@
 """MkDocs hook: the configuration reference, generated from `pods.config.TrainConfig`.
 
-The page `docs/configuration.md` holds the marker `<!-- config-reference -->`; at build time
-it is replaced by one table per group of fields, so the reference cannot drift from the
-dataclass that `pods train --help` is built from.
+The page `docs/configuration.md` holds the reference between the markers
+`<!-- config-reference -->` and `<!-- /config-reference -->`, one table per group of
+fields, written into the file so that it reads anywhere (GitHub shows the file as it is):
+`python docs/hooks/config_reference.py` rewrites it, `tests/test_config_reference.py` fails
+while the file differs from the dataclass, and at build time the hook puts the generated
+text in place, so the site cannot drift from the dataclass that `pods train --help` is
+built from either.
 
 Convention (it holds for today's flat config and for the nested one it is moving to): walk
 `dataclasses.fields(TrainConfig)` recursively. A field whose type is a dataclass is a
@@ -17,9 +21,11 @@ import dataclasses
 import html
 import types
 import typing
+from pathlib import Path
 from typing import Any, NamedTuple
 
-MARKER = "<!-- config-reference -->"
+MARKER, END = "<!-- config-reference -->", "<!-- /config-reference -->"
+PAGE = Path(__file__).resolve().parents[1] / "configuration.md"
 
 
 class Row(NamedTuple):
@@ -113,10 +119,26 @@ def reference_markdown(cls: type) -> str:
     return "\n".join(out)
 
 
+def with_reference(markdown: str, cls: type) -> str:
+    """``markdown`` with the text between the markers made the reference of ``cls``."""
+    if MARKER not in markdown:
+        return markdown
+    head, rest = markdown.split(MARKER, 1)
+    tail = rest.split(END, 1)[1] if END in rest else "\n"
+    return f"{head}{MARKER}\n{reference_markdown(cls)}{END}{tail}"
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
-    """MkDocs event: fill the marker with the generated reference."""
+    """MkDocs event: the page's reference made current."""
     if MARKER not in markdown:
         return markdown
     from pods.config import TrainConfig
 
-    return markdown.replace(MARKER, reference_markdown(TrainConfig))
+    return with_reference(markdown, TrainConfig)
+
+
+if __name__ == "__main__":  # rewrite docs/configuration.md's reference in place
+    from pods.config import TrainConfig
+
+    PAGE.write_text(with_reference(PAGE.read_text(), TrainConfig))
+    print(f"wrote the reference of {len(rows(TrainConfig))} fields into {PAGE}")
