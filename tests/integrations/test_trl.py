@@ -166,6 +166,25 @@ def test_only_the_kept_rollouts_reach_the_loss(tiny_model_dir, tmp_path, monkeyp
     assert logged["select/kept"] == 8 and logged["select/groups_kept"] == 1.0  # 2 groups x 4
 
 
+def test_with_a_lora_adapter_only_the_kept_rollouts_train_only_the_adapter(
+        tiny_model_dir, tmp_path, monkeypatch):
+    """PODSGRPOTrainer(..., peft_config=LoraConfig(...)), as TRL takes LoRA: the contract
+    holds, and the optimizer moves the adapter's weights and nothing of the base model."""
+    from peft import LoraConfig
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    sys.path.insert(0, str(HERE))
+    from trl_contract import run
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                      task_type="CAUSAL_LM")
+    records = run(tiny_model_dir, str(tmp_path), n=8, m=4, per_device=4, grad_accum=2,
+                  peft_config=lora)
+    check_contract([records], n=8, m=4)
+    assert records["changed_names"], "the adapter did not train"
+    assert all("lora_" in name for name in records["changed_names"]), records["changed_names"]
+
+
 def test_length_rule_gets_the_completion_lengths(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(HERE))

@@ -57,9 +57,10 @@ def _rows(batch: dict) -> dict:
 def run(model_dir: str, out_dir: str, *, n: int = 8, m: int = 4, per_device: int = 4,
         grad_accum: int = 2, steps: int = 2, rule="max_variance", scale: str = "group",
         reward_weights: list[float] | None = None, rewards: list | None = None,
-        max_completion_length: int = 4, **config) -> dict:
+        max_completion_length: int = 4, peft_config=None, **config) -> dict:
     """Train ``steps`` optimizer steps; return (and write to out_dir/rank{R}.json) the
-    records of this process. ``config``: more PODSGRPOConfig fields (e.g. use_vllm)."""
+    records of this process. ``config``: more PODSGRPOConfig fields (e.g. use_vllm);
+    ``peft_config``: a peft LoraConfig, given to the trainer as TRL takes it."""
     records = {"full": [], "gathered": [], "local_rewards": [], "kept": [], "loss": []}
     funcs = rewards or ([starts_low] if reward_weights is None else [starts_low, is_short])
 
@@ -102,15 +103,16 @@ def run(model_dir: str, out_dir: str, *, n: int = 8, m: int = 4, per_device: int
         save_strategy="no", seed=0, disable_tqdm=True, bf16=False, **config)
     dataset = Dataset.from_dict({"prompt": PROMPTS})
     trainer = Recorder(model=model_dir, reward_funcs=[recorded(f) for f in funcs], args=args,
-                       train_dataset=dataset)
-    before = [p.detach().clone() for p in trainer.model.parameters()]
+                       train_dataset=dataset, peft_config=peft_config)
+    before = {k: p.detach().clone() for k, p in trainer.model.named_parameters()}
     GRPOTrainer._generate_and_score_completions = full
     try:
         trainer.train()
     finally:
         GRPOTrainer._generate_and_score_completions = stock
-    after = list(trainer.model.parameters())
-    records["changed"] = any(not torch.equal(a, b) for a, b in zip(after, before, strict=True))
+    records["changed_names"] = [k for k, p in trainer.model.named_parameters()
+                                if not torch.equal(p, before[k])]
+    records["changed"] = bool(records["changed_names"])
     records["rank"] = trainer.accelerator.process_index
     records["world"] = trainer.accelerator.num_processes
     records["steps_per_generation"] = args.steps_per_generation
