@@ -122,6 +122,27 @@ def test_summary_speedup_worked_numbers(tmp_path, capsys):
     assert table in capsys.readouterr().out
     png = (tmp_path / "curves.png").read_bytes()
     assert png.startswith(PNG) and len(png) > 5000
+    seeds = (tmp_path / "seeds.png").read_bytes()  # each seed of each variant
+    assert seeds.startswith(PNG) and len(seeds) > 5000
+
+
+def test_each_seed_is_a_line_of_its_variants_panel(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from pods.experiments import plots
+
+    drawn, real = {}, Figure.savefig
+
+    def keep(fig, path, **kwargs):
+        drawn.update({ax.get_title(): [line.get_label() for line in ax.get_lines()]
+                      for ax in fig.axes})
+        return real(fig, path, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    plots.plot_seeds({"pods": [("seed100", [0, 360], [0.09, 0.27]),
+                               ("seed101", [0, 360], [0.09, 0.23])],
+                      "grpo": [("seed0", [0, 360], [0.09, 0.1])]}, tmp_path / "s.png")
+    assert drawn == {"pods (2 seeds)": ["seed100", "seed101"], "grpo (1 seed)": ["seed0"]}
 
 
 def test_final_accuracy_is_each_runs_last_eval(tmp_path):

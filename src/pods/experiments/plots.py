@@ -1,4 +1,5 @@
-"""Learning curves as PNG files: one run, or the variants of a comparison.
+"""Learning curves as PNG files: one run, the variants of a comparison (their means), or
+every seed of every variant.
 
 Figures are drawn on matplotlib's Agg canvas directly (no pyplot), so plotting needs no display
 and leaves the process's matplotlib backend alone.
@@ -101,3 +102,30 @@ def _compare_panel(ax, curves: Mapping[str, CurveData], baseline: str | None,
     ax.grid(alpha=0.3)
     if curves:
         ax.legend(loc="lower right")
+
+
+# a variant's runs, each drawn as it is: [(label, times [k_i], accuracies [k_i] in [0, 1])]
+SeedCurves = list[tuple[str, list[float], list[float]]]
+
+
+def plot_seeds(variants: Mapping[str, SeedCurves], path: str | Path) -> Path:
+    """Write a PNG with one panel per variant holding each of its runs' test accuracy
+    against training seconds (a step function per seed, labelled by its folder)."""
+    if not variants:
+        raise ValueError("no runs with evaluations to draw")
+    fig = Figure(figsize=(7 * len(variants), 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = np.atleast_1d(fig.subplots(1, len(variants), sharey=True))
+    for ax, (name, runs) in zip(axes, variants.items(), strict=True):
+        for label, times, accuracies in runs:
+            ax.plot(times, [100 * a for a in accuracies], drawstyle="steps-post",
+                    marker=".", label=label)
+        ax.set_title(f"{name} ({len(runs)} seed{'s' if len(runs) != 1 else ''})")
+        ax.set_xlabel("training time (s)")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize="small", ncols=2)
+    axes[0].set_ylabel("test accuracy (%)")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    return path

@@ -23,7 +23,7 @@ import numpy as np
 import yaml
 
 from pods.experiments.intervals import Seeds, on_common_grid, step_functions, to_peak, versus
-from pods.experiments.plots import plot_compare
+from pods.experiments.plots import plot_compare, plot_seeds
 from pods.runs.metrics import read_metrics
 
 
@@ -151,6 +151,9 @@ def summarize(out_dir: str | Path) -> list[dict[str, Any]]:
     plot_compare({n: c.plain() for n, c in curves.items()}, out_dir / "curves.png",
                  baseline=baselines[0] if baselines else None,
                  step_curves={n: _curve(runs[n], by_step[n]).plain() for n in runs})
+    plot_seeds({n: [(run.name, [r["time"] for r in evals], [r["eval/accuracy"] for r in evals])
+                    for run, evals in variant_runs] for n, variant_runs in runs.items()},
+               out_dir / "seeds.png")
     print(table, end="")
     return rows
 
