@@ -12,14 +12,17 @@ from pods.sandbox.isolation import MODES, reset_probes
 
 def test_report_has_every_key():
     info = env.collect()
-    assert set(info) == {"pods", "python", "platform", "torch", "packages", "sandbox"}
+    assert set(info) == {"pods", "python", "platform", "torch", "packages", "sandbox",
+                         "sandbox_memory"}
+    from pods.sandbox.cgroup import bound
+    assert info["sandbox_memory"] == bound()  # a cgroup per sandbox, or one process
     assert info["pods"]["version"]
     assert set(info["packages"]) == set(env.PACKAGES)
     assert info["packages"]["transformers"] == metadata.version("transformers")
     assert set(info["sandbox"]) == set(MODES)
     text = env.render(info)
     for label in ["pods version", "Python", "Platform", "torch", "Devices", *env.PACKAGES,
-                  *(f"Sandbox {mode}" for mode in MODES)]:
+                  *(f"Sandbox {mode}" for mode in MODES), "Sandbox memory"]:
         assert f"- {label}: " in text
 
 

@@ -51,8 +51,9 @@ try:
 except SandboxUnavailable as e:
     print(json.dumps({"unavailable": str(e)}))
     sys.exit(0)
-print(json.dumps([{"status": r.status, "stdout": r.stdout, "stderr": r.stderr}
-                  for r in results]))
+from pods.sandbox.commands import processes  # what this caller's sandboxes may start
+print(json.dumps([{"status": r.status, "stdout": r.stdout, "stderr": r.stderr,
+                   "processes": processes(limits)} for r in results]))
 """
 
 

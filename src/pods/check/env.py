@@ -102,6 +102,16 @@ def sandbox_modes() -> dict[str, str]:
     return out
 
 
+def sandbox_memory() -> str:
+    """What bounds a sandbox's total memory for this caller (pods.sandbox.cgroup)."""
+    from pods.sandbox.cgroup import bound
+
+    try:
+        return bound()
+    except ValueError as error:  # a $PODS_SANDBOX_CGROUP that cannot be used
+        return f"unusable: {error}"
+
+
 def collect() -> dict[str, Any]:
     """Everything `pods env` reports, as plain data (the --json output)."""
     return {
@@ -111,6 +121,7 @@ def collect() -> dict[str, Any]:
         "torch": torch_info(),
         "packages": {label: package_version(names) for label, names in PACKAGES.items()},
         "sandbox": sandbox_modes(),
+        "sandbox_memory": sandbox_memory(),
     }
 
 
@@ -126,4 +137,5 @@ def render(info: dict[str, Any]) -> str:
              f"- Devices: {'; '.join(torch['devices'])}"]
     lines += [f"- {label}: {version}" for label, version in info["packages"].items()]
     lines += [f"- Sandbox {mode}: {state}" for mode, state in info["sandbox"].items()]
+    lines.append(f"- Sandbox memory: {info.get('sandbox_memory', 'not reported')}")
     return "\n".join(lines)

@@ -26,8 +26,9 @@ for root and non-root callers:
   * time: the program and everything it started are SIGKILLed at ``timeout_s`` of wall time
     (the PID namespace: its init dies, the kernel kills the rest, setsid daemons included);
     the call returns within ``timeout_s + TIMEOUT_SLACK_S``; RLIMIT_CPU is a backstop
-  * memory: RLIMIT_AS of ``memory_mb`` per process (a program that forks may hold up to
-    ``max_processes * memory_mb``: bounding the total needs cgroups, not used); output
+  * memory: ``memory_mb`` for the whole sandbox (its processes and tmpfs pages) by a
+    memory cgroup of its own where the caller can make one (pods.sandbox.cgroup), else by
+    one process per sandbox; RLIMIT_AS of ``memory_mb`` per process in either case; output
     drained and capped at ``output_limit`` bytes per stream, so the caller does not grow
   * processes: RLIMIT_NPROC of ``max_processes`` (threads included) counted per sandbox:
     as root each sandbox runs as a uid of its own (pods.sandbox.commands says how it is
@@ -37,10 +38,10 @@ for root and non-root callers:
     the environment is a fixed minimal one, never the caller's (no secrets)
   * privileges: no capabilities, no_new_privs; as root a fresh unprivileged uid
 Not guarded: what the minimal root itself shows (the system's /usr, the base interpreter's
-own site-packages), CPU and memory bandwidth shared with other programs (no cgroups),
-kernel exploits and the kernel surface (user namespaces stay usable inside, except with
-bwrap 0.8+ run without root), timing side channels, and total memory: each sandbox may
-use ``memory_mb`` per process plus ``disk_mb`` in each of its 2 private tmpfs, in RAM.
+own site-packages), CPU and memory bandwidth shared with other programs, kernel exploits
+and the kernel surface (user namespaces stay usable inside, except with bwrap 0.8+ run
+without root), timing side channels; without a memory cgroup, a sandbox's tmpfs pages
+(``disk_mb`` in each of its 2 private tmpfs, in RAM) beside its one process.
 
 The interpreter keeps ``site`` (so ``exit()``/``quit()`` exist, as model-written programs
 expect); ``-S`` would save ~3 ms a run but drop them. ``site_packages=True`` runs the
@@ -113,7 +114,7 @@ def run_python(code: str, stdin: str | bytes = "", limits: Limits = DEFAULT_LIMI
                                             site_packages=site_packages),
                   program, stdin_bytes, sandbox_env(workdir, site_packages), limits,
                   CODE_ON_STDIN[mode])
-    return RunResult(classify(out.returncode, out.timed_out, out.stderr_tail),
+    return RunResult(classify(out.returncode, out.timed_out, out.stderr_tail, out.oom_killed),
                      out.stdout.decode(errors="replace"), out.stderr.decode(errors="replace"),
                      out.returncode, out.truncated, time.monotonic() - start, mode)
 

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 
+from pods.sandbox import cgroup
 from pods.sandbox.rootfs import (
     SYSTEM_DIRS,
     Entry,
@@ -151,6 +152,12 @@ def drop_privileges(paths: dict[str, str]) -> list[str]:
             "--"]
 
 
+def processes(limits: Limits) -> int:
+    """The program's processes and threads: ``max_processes`` where a memory group bounds
+    the sandbox's total (pods.sandbox.cgroup), else 1, so that RLIMIT_AS bounds it."""
+    return limits.max_processes if cgroup.parent() is not None else 1
+
+
 def rlimits(paths: dict[str, str], limits: Limits, helpers: int = 0) -> list[str]:
     """prlimit for the interpreter. ``helpers``: the sandbox's own processes that the kernel
     counts with the program's (its init, without root), added to RLIMIT_NPROC."""
@@ -158,7 +165,7 @@ def rlimits(paths: dict[str, str], limits: Limits, helpers: int = 0) -> list[str
     size = limits.disk_mb << 20
     return [paths["prlimit"], f"--as={limits.memory_mb << 20}", f"--cpu={cpu}:{cpu + 1}",
             f"--fsize={size}", f"--nofile={OPEN_FILES}",
-            f"--nproc={limits.max_processes + helpers}", "--core=0", "--"]
+            f"--nproc={processes(limits) + helpers}", "--core=0", "--"]
 
 
 def warn_once(key: str, message: str) -> None:

@@ -30,6 +30,7 @@ import time
 from collections import deque
 from contextlib import ExitStack
 
+from pods.sandbox.cgroup import contained
 from pods.sandbox.commands import uid_slot
 from pods.sandbox.isolation import BUILDERS, CODE_ON_STDIN, Limits, resolve, sandbox_env
 from pods.sandbox.process import CHUNK, TAIL, kill_sandbox, memory_file
@@ -61,8 +62,10 @@ class Channel:
             with uid_slot(self._slot):  # as root, its own uid beside this thread's others
                 argv = BUILDERS[self.mode](code_fd, len(self._program), workdir,
                                            self._limits)
+            group = self._stack.enter_context(contained(self._limits.memory_mb))
             self.proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                argv if group is None else group.wrap(argv), stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 env=sandbox_env(workdir), cwd="/", pass_fds=() if on_stdin else (code_fd,),
                 start_new_session=True)
             for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
+from pods.sandbox.cgroup import contained
 from pods.sandbox.commands import Limits
 
 CHUNK = 1 << 16
@@ -38,6 +39,7 @@ class Outcome:
     stderr_tail: bytes
     timed_out: bool
     truncated: bool
+    oom_killed: bool = False  # the sandbox's memory group ended a process (pods.sandbox.cgroup)
 
 
 def normalise(returncode: int) -> int:
@@ -48,11 +50,13 @@ def normalise(returncode: int) -> int:
     return returncode
 
 
-def classify(returncode: int, timed_out: bool, stderr_tail: bytes) -> str:
-    """Status from the normalised return code: timeout, memory, killed, error or ok."""
+def classify(returncode: int, timed_out: bool, stderr_tail: bytes,
+             oom_killed: bool = False) -> str:
+    """Status from the normalised return code: timeout, memory, killed, error or ok;
+    ``memory`` also when the sandbox's memory group ended one of its processes."""
     if timed_out or returncode == -signal.SIGXCPU:
         return "timeout"
-    if returncode != 0 and MEMORY_RE.search(stderr_tail):
+    if oom_killed or (returncode != 0 and MEMORY_RE.search(stderr_tail)):
         return "memory"
     if returncode < 0:
         return "killed"
@@ -111,16 +115,19 @@ def execute(argv_for: Callable[[int], Sequence[str]], code: bytes, stdin: bytes,
     """Run ``argv_for(code_fd)``, a wrapper command that reads the program from ``code_fd``
     (or, if ``code_on_stdin``, from the start of its stdin, ``stdin`` following), keep
     ``limits.output_limit`` bytes of each stream, and kill its whole sandbox at
-    ``limits.timeout_s`` (wall clock from the start)."""
+    ``limits.timeout_s`` (wall clock from the start). Where a memory group can be made
+    (pods.sandbox.cgroup), the wrapper starts inside one of ``limits.memory_mb``."""
     with ExitStack() as stack:
+        group = stack.enter_context(contained(limits.memory_mb))  # removed last
         if code_on_stdin:
             code_fd, in_fd = -1, stack.enter_context(memory_file(code + stdin))
         else:
             code_fd = stack.enter_context(memory_file(code))
             in_fd = stack.enter_context(memory_file(stdin))
         deadline = time.monotonic() + limits.timeout_s
+        argv = list(argv_for(code_fd))
         proc = subprocess.Popen(
-            list(argv_for(code_fd)), stdin=in_fd, stdout=subprocess.PIPE,
+            argv if group is None else group.wrap(argv), stdin=in_fd, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, env=dict(env), cwd="/",
             pass_fds=() if code_on_stdin else (code_fd,), start_new_session=True)
         timed_out = True
@@ -132,8 +139,10 @@ def execute(argv_for: Callable[[int], Sequence[str]], code: bytes, stdin: bytes,
                 kill_sandbox(proc)
             proc.stdout.close()
             proc.stderr.close()
+        oom = group is not None and group.oom_killed()
     return Outcome(normalise(proc.returncode), bytes(drain.bufs[drain.out]),
-                   bytes(drain.bufs[drain.err]), bytes(drain.tail), timed_out, drain.truncated)
+                   bytes(drain.bufs[drain.err]), bytes(drain.tail), timed_out, drain.truncated,
+                   oom)
 
 
 def _wait(proc: subprocess.Popen, deadline: float) -> bool:

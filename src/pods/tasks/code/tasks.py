@@ -18,6 +18,7 @@ test once.
 
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import replace
 from functools import lru_cache
@@ -85,6 +86,16 @@ def outputs_match(got: str, expected: str) -> bool:
 DEFAULT_CODE = CodeConfig()
 
 
+_said: set[str] = set()
+
+
+def _say_once(line: str) -> None:
+    """Print ``line`` to stderr the first time this process says it (a run's log)."""
+    if line not in _said:
+        _said.add(line)
+        print(line, file=sys.stderr)
+
+
 class CodeTask(Task):
     """A code-generation task whose reward executes tests in the sandbox."""
 
@@ -92,14 +103,16 @@ class CodeTask(Task):
 
     def __init__(self, name: str, train: list[Problem] | None, test: list[Problem],
                  options: CodeConfig = DEFAULT_CODE):
-        from pods.sandbox import SandboxUnavailable, default_workers
+        from pods.sandbox import SandboxUnavailable, cgroup, default_workers
         from pods.sandbox.isolation import resolve
 
         try:  # before any model loads: the reward cannot run without a sandbox
-            resolve(None)
+            mode = resolve(None)
         except SandboxUnavailable as error:
             raise ValueError(f"task {name} runs model-written programs in pods.sandbox, "
                              f"which cannot start here: {error}") from None
+        _say_once(f"pods.sandbox: {mode}; a program's total memory is bounded by "
+                  f"{cgroup.bound()}")
         self.name, self._train, self._test, self.options = name, train, test, options
         self.reward_workers = options.workers or default_workers()  # pods.tasks.scoring
 
