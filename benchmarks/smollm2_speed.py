@@ -12,7 +12,9 @@ is the median of --repeats calls (default 1) after one short warm-up call per mo
   raw vLLM          LLM.generate on the same prompts, SamplingParams(n=16), no log-probs
 Update: one optimizer step on B kept rollouts of 160 prompt + 128 completion tokens (a
 first pass on the smallest B warms up, not reported):
-  pods update         pods.train.update.policy_update (log-probs, loss, clipping, AdamW)
+  pods update         pods.train.update.policy_update (log-probs, loss, clipping, AdamW),
+                      the output head applied a chunk of tokens at a time
+                      (pods.models.logprobs); "full logits": the model's own logits
   bare fwd+bwd+AdamW  model(ids).logits -> log_softmax -> gather -> mean -> backward -> step
 mixed = float32 weights under torch.autocast(bfloat16) (pods's --mixed-precision bf16).
 
@@ -147,6 +149,16 @@ def pods_update(model, optimizer, batch, advantages, mixed: str, cfg) -> None:
         policy_update(model, None, optimizer, kept, UpdateSpec(cfg.optim, cfg.loss, T, NEW))
 
 
+def pods_update_full_logits(model, optimizer, batch, advantages, mixed: str, cfg) -> None:
+    import pods.models.logprobs as logprobs
+
+    chunked, logprobs.output_head = logprobs.output_head, lambda model: None
+    try:
+        pods_update(model, optimizer, batch, advantages, mixed, cfg)
+    finally:
+        logprobs.output_head = chunked
+
+
 def bare_update(model, optimizer, batch, advantages, mixed: str, cfg) -> None:
     from pods.models.precision import autocast
 
@@ -180,7 +192,9 @@ def update_rows(folder: str, sizes: list[int], repeats: int) -> list[dict]:
             batch = Rollouts(prompt, torch.ones_like(prompt), completion,
                              torch.ones_like(completion), [""] * B)
             advantages = torch.randn(B, generator=gen)  # [B]
-            for what, fn in (("pods update", pods_update), ("bare fwd+bwd+AdamW", bare_update)):
+            for what, fn in (("pods update", pods_update),
+                             ("pods update, full logits", pods_update_full_logits),
+                             ("bare fwd+bwd+AdamW", bare_update)):
                 seconds, _ = timed(fn, 1 if warming else repeats, model, optimizer, batch,
                                    advantages, mixed, cfg)
                 if not warming:

@@ -1,13 +1,17 @@
-"""Update-phase memory and time: PODS (n=64, m=16) against GRPO on all 64 and GRPO-GA.
+"""Update-phase memory and time: PODS (n=64, m=16) against GRPO on all 64 and GRPO-GA,
+with the output head applied in chunks (pods.models.logprobs) and, for comparison, on the
+model's full logits.
 
 The point of PODS: the update runs on the m kept rollouts, so its memory depends on m, not
 n. Each variant runs in a fresh process (so the peak of one cannot hide in another's), on a
-small locally built Qwen2 (4 layers, hidden 256, vocabulary 4096) and synthetic rollouts of
-P=2 prompts x n=64 completions, prompt 64 + completion 192 tokens, then measures one
-``pods.train.update.policy_update`` call: wall time, and peak memory above what the process held
-before the update (resident memory on CPU, allocated memory on CUDA).
+small locally built Qwen2 (4 layers, hidden 256, vocabulary --vocab) and synthetic rollouts
+of P=2 prompts x n=64 completions, prompt 64 + completion 192 tokens, then measures one
+``pods.train.update.policy_update`` call: wall time, and peak memory above what the process
+held before the update (resident memory on CPU, allocated memory on CUDA). "logits": the
+size of the [rows x 192 x vocabulary] float32 logits the full path makes.
 
-    python benchmarks/update_memory.py            # the table
+    python benchmarks/update_memory.py            # the table, vocabulary 4096
+    python benchmarks/update_memory.py --vocab 49152 --variants "16 rows;64 rows"
     python benchmarks/update_memory.py --device cuda
 """
 
@@ -23,33 +27,39 @@ import time
 
 import torch
 
-VARIANTS = {  # name: (kept per prompt m, micro-batch size or None)
-    "PODS n=64, m=16": (16, None),
-    "GRPO n=64, m=64": (64, None),
-    "GRPO-GA n=64, m=64, micro-batch 32": (64, 32),
+VARIANTS = {  # name: (prompts P, kept per prompt m, micro-batch size or None)
+    "PODS n=64, m=16": (2, 16, None),
+    "GRPO n=64, m=64": (2, 64, None),
+    "GRPO-GA n=64, m=64, micro-batch 32": (2, 64, 32),
+    "16 rows": (1, 16, None),
+    "64 rows": (1, 64, None),
 }
-P, N, PROMPT, COMPLETION = 2, 64, 64, 192
+N, PROMPT, COMPLETION = 64, 64, 192
+HEADS = ("chunked", "full")  # pods.models.logprobs: the head a chunk at a time, or the logits
 
 
-def measure(m: int, micro: int | None, device: str) -> dict:
+def measure(P: int, m: int, micro: int | None, vocab: int, head: str, device: str) -> dict:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    import pods.models.logprobs
     from pods.config import from_dict
     from pods.rollout import Rollouts
     from pods.train.selection import KeptBatch
     from pods.train.update import UpdateSpec, policy_update
 
+    if head == "full":
+        pods.models.logprobs.output_head = lambda model: None  # the model's own logits
     torch.manual_seed(0)
     dev = torch.device(device)
-    config = Qwen2Config(vocab_size=4096, hidden_size=256, intermediate_size=1024,
+    config = Qwen2Config(vocab_size=vocab, hidden_size=256, intermediate_size=1024,
                          num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
                          max_position_embeddings=512)
     model = Qwen2ForCausalLM(config).to(dev).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
     B = P * m  # the kept rollouts: the update never sees the other n - m
-    batch = Rollouts(prompt_ids=torch.randint(0, 4096, (B, PROMPT), device=dev),
+    batch = Rollouts(prompt_ids=torch.randint(0, vocab, (B, PROMPT), device=dev),
                      prompt_mask=torch.ones(B, PROMPT, dtype=torch.long, device=dev),
-                     completion_ids=torch.randint(0, 4096, (B, COMPLETION), device=dev),
+                     completion_ids=torch.randint(0, vocab, (B, COMPLETION), device=dev),
                      completion_mask=torch.ones(B, COMPLETION, dtype=torch.long, device=dev),
                      texts=[""] * B)
     cfg = from_dict(dict(prompts_per_step=P, n=N, m=m, micro_batch_size=micro,
@@ -91,21 +101,33 @@ def _peak_rss_mb() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--vocab", type=int, default=4096, help="the model's vocabulary")
+    parser.add_argument("--variants", default=";".join(list(VARIANTS)[:3]),
+                        help=f"separated by ;, of: {'; '.join(VARIANTS)}")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # run one variant, print JSON
+    parser.add_argument("--head", default="chunked", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(*VARIANTS[args.one], args.device)))
+        print(json.dumps(measure(*VARIANTS[args.one], args.vocab, args.head, args.device)))
         return
-    print(f"torch {torch.__version__}, {args.device}, {platform.machine()}; P={P}, n={N}, "
-          f"{PROMPT}+{COMPLETION} tokens per sequence")
-    print("| variant | sequences in the update | update time (s) | peak memory above start (MB) |")
-    print("|---|---:|---:|---:|")
-    for name in VARIANTS:
-        out = subprocess.run([sys.executable, __file__, "--one", name, "--device", args.device],
-                             capture_output=True, text=True, check=True).stdout
-        r = json.loads(out.strip().splitlines()[-1])
-        print(f"| {name} | {r['sequences']} | {r['seconds']:.2f} | {r['peak_mb']:.0f} |",
-              flush=True)
+    print(f"torch {torch.__version__}, {args.device}, {platform.machine()}; n={N}, "
+          f"{PROMPT}+{COMPLETION} tokens per sequence, vocabulary {args.vocab}")
+    print("| variant | sequences in the update | logits (MB) | update time (s), chunked head "
+          "| full logits | peak memory above start (MB), chunked head | full logits |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name in args.variants.split(";"):
+        r = {head: _one(name, head, args) for head in HEADS}
+        logits = r["full"]["sequences"] * COMPLETION * args.vocab * 4 / 2**20
+        print(f"| {name} | {r['full']['sequences']} | {logits:.0f} | "
+              f"{r['chunked']['seconds']:.2f} | {r['full']['seconds']:.2f} | "
+              f"{r['chunked']['peak_mb']:.0f} | {r['full']['peak_mb']:.0f} |", flush=True)
+
+
+def _one(name: str, head: str, args) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--one", name, "--head", head, "--device",
+                          args.device, "--vocab", str(args.vocab)],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

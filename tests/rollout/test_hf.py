@@ -84,7 +84,7 @@ def test_chunked_log_softmax_is_exact(tiny_model_dir, monkeypatch):
     with torch.no_grad():
         whole = completion_logprobs(model, enc["input_ids"], enc["attention_mask"], completion,
                                     mask, 0.7)
-        monkeypatch.setattr(pods.models.logprobs, "LOGSOFTMAX_CHUNK", 1)  # one sequence per chunk
+        monkeypatch.setattr(pods.models.logprobs, "HEAD_CHUNK", 1)  # one token per chunk
         rows = completion_logprobs(model, enc["input_ids"], enc["attention_mask"], completion,
                                    mask, 0.7)
     torch.testing.assert_close(rows, whole)

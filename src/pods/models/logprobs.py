@@ -1,32 +1,151 @@
 """Per-token log-probs of completions under the policy: what the loss, the ratio and the
-engine/trainer log-prob gap are computed from."""
+engine/trainer log-prob gap are computed from.
+
+Memory: the output projection's logits are the largest tensors of an update ([tokens x
+vocabulary]: 49,152 columns for SmolLM2, 152k for Qwen2.5), and autograd would keep them
+(and their float32 copy for the log-softmax) until the backward pass. So for a model with
+an output head (``get_output_embeddings``), the model runs with its head passing the final
+hidden states through, and the head is applied here a chunk of completion tokens at a time
+(``HEAD_CHUNK`` floats of logits), each chunk under activation checkpointing: only the
+hidden states [tokens, H] are kept, and each chunk's logits are made again in the backward
+pass. Padding positions are skipped. The update's memory then does not grow with the
+vocabulary beyond one chunk; the price is one more pass of the head in the backward
+(``benchmarks/update_memory.py`` measures both).
+
+Precision: the result is float32 whatever the weights' dtype. bf16 logits are upcast
+before the log-softmax: a bf16 log-softmax rounds each log-prob by up to ~4e-3 relative,
+which would bias the ratio, the KL term and ``rollout/logprob_gap`` (tests/train/test_bf16).
+"""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 
 def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
                         completion_mask: Tensor, temperature: float) -> Tensor:
     """log pi(token) of each completion token under the sampling distribution
     softmax(logits / temperature). Prompts left-padded [B, Lp], completions right-padded
-    [B, Lc]; returns [B, Lc] (values at padding are meaningless: mask them).
+    [B, Lc]; returns [B, Lc] (0 at padding, or meaningless there: mask them).
 
-    Memory: logits are computed only for the completion positions (``logits_to_keep``), and
-    the float32 log-softmax is taken a few sequences at a time (at most ``LOGSOFTMAX_CHUNK``
-    floats), so the [B, Lc, V] float32 tensor of a large vocabulary never exists at once.
-
-    Precision: the result is float32 whatever the weights' dtype. bf16 logits are upcast
-    before the log-softmax: a bf16 log-softmax rounds each log-prob by up to ~4e-3 relative,
-    which would bias the ratio, the KL term and ``rollout/logprob_gap`` (tests/train/test_bf16)."""
+    ``model`` is a causal LM taking ``logits_to_keep`` (transformers), possibly wrapped
+    (DDP's ``.module``, PEFT, FSDP2); with an output head the head is applied in chunks
+    (module docstring), else the model's logits are used as they come."""
     ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, Lp+Lc]
     attention = torch.cat([prompt_mask, completion_mask], dim=1)  # [B, Lp+Lc]
     positions = (attention.cumsum(1) - 1).clamp(min=0)  # as generate() numbers them
     width = completion_ids.shape[1]
-    logits = model(input_ids=ids, attention_mask=attention, position_ids=positions,
-                   logits_to_keep=width + 1).logits[:, :-1]  # [B, Lc, V] predicting Lc tokens
-    step = max(1, LOGSOFTMAX_CHUNK // max(logits.shape[1] * logits.shape[2], 1))
+    head = output_head(model)
+    with passing_through(head):
+        out = model(input_ids=ids, attention_mask=attention, position_ids=positions,
+                    logits_to_keep=width + 1).logits[:, :-1]  # [B, Lc, H] or [B, Lc, V]
+    if head is None:
+        return _full_logprobs(out, completion_ids, temperature)
+    sharded = _sharded_root(model)
+    if sharded is not None:  # FSDP2 resharded the head with the root after the forward
+        sharded.unshard()  # its backward (root post-backward) reshards it again
+    logp = head_logprobs(out, completion_ids, completion_mask, head, temperature)
+    if sharded is not None and not torch.is_grad_enabled():
+        sharded.reshard()
+    return logp
+
+
+# config fields of models that change the head's output before returning it as logits
+# (Gemma 2's soft-capping, Cohere's and Granite's scaling): their logits are used as they come
+LOGIT_CHANGES = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
+def output_head(model) -> torch.nn.Module | None:
+    """The module that maps final hidden states to logits (``lm_head``), or None where
+    there is none or the model changes its output (``LOGIT_CHANGES``)."""
+    inner = getattr(model, "module", model)  # DDP keeps the model as .module
+    get = getattr(inner, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    config = getattr(inner, "config", None)
+    if any(getattr(config, name, None) not in (None, 1.0) for name in LOGIT_CHANGES):
+        return None
+    return head if isinstance(head, torch.nn.Module) else None
+
+
+def _sharded_root(model):
+    """The outermost FSDP2 module (``fully_shard``), whose parameters hold the head's, or
+    None when the model is not sharded."""
+    if not any(type(module).__name__.startswith("FSDP") for module in model.modules()):
+        return None
+    from torch.distributed.fsdp import FSDPModule
+
+    return next((m for m in model.modules() if isinstance(m, FSDPModule)), None)
+
+
+@contextmanager
+def passing_through(head: torch.nn.Module | None):
+    """While open, ``head`` returns its input (the model's logits are then its final hidden
+    states); its own forward, hooks and all, is back when it closes."""
+    if head is None:
+        yield
+        return
+    saved = head.__dict__.get("forward")  # an instance forward (accelerate's hooks set one)
+    head.forward = _identity
+    try:
+        yield
+    finally:
+        if saved is None:
+            del head.forward
+        else:
+            head.forward = saved
+
+
+def _identity(hidden: Tensor) -> Tensor:
+    return hidden
+
+
+def head_logprobs(hidden: Tensor, completion_ids: Tensor, completion_mask: Tensor,
+                  head: torch.nn.Module, temperature: float) -> Tensor:
+    """[B, Lc] log-probs from the final hidden states ``hidden`` [B, Lc, H] of the positions
+    that predict ``completion_ids`` [B, Lc]: ``head`` on the unpadded tokens, a chunk at a
+    time, each chunk checkpointed when gradients are on; 0 at padding."""
+    where = completion_mask.bool()  # [B, Lc]
+    states, targets = hidden[where], completion_ids[where]  # [T, H], [T]
+    step = max(1, HEAD_CHUNK // _vocabulary(head))  # tokens per chunk
+    parts = []
+    for start in range(0, states.shape[0], step):
+        args = (states[start:start + step], targets[start:start + step], head, temperature)
+        parts.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False)
+                     if torch.is_grad_enabled() and states.requires_grad
+                     else _chunk_logprobs(*args))
+    out = hidden.new_zeros(where.shape, dtype=torch.float32)  # [B, Lc]
+    if not parts:  # only padding rows (a rank's share under batch selection): the head and
+        # the model still take part in the backward, as DDP and FSDP need of every rank
+        first = _chunk_logprobs(hidden.flatten(0, 1)[:1], completion_ids.flatten()[:1], head,
+                                temperature)  # [1]
+        return out + 0.0 * first.sum()
+    return out.masked_scatter(where, torch.cat(parts))
+
+
+def _vocabulary(head: torch.nn.Module) -> int:
+    """The head's output width (a Linear's out_features, also when FSDP shards its weight)."""
+    width = getattr(head, "out_features", None)
+    weight = getattr(head, "weight", None)
+    if width is None and isinstance(weight, Tensor) and weight.dim() == 2:
+        width = weight.shape[0]
+    return int(width or 2**17)
+
+
+def _chunk_logprobs(states: Tensor, targets: Tensor, head: torch.nn.Module,
+                    temperature: float) -> Tensor:
+    """[t] log-probs of ``targets`` [t] from ``states`` [t, H]."""
+    logits = head(states).float() / temperature  # [t, V]
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+
+
+def _full_logprobs(logits: Tensor, completion_ids: Tensor, temperature: float) -> Tensor:
+    """[B, Lc] from the model's own logits [B, Lc, V], the float32 log-softmax a few
+    sequences at a time (at most ``HEAD_CHUNK`` floats)."""
+    step = max(1, HEAD_CHUNK // max(logits.shape[1] * logits.shape[2], 1))
     parts = []
     for start in range(0, logits.shape[0], step):
         chunk = logits[start : start + step].float() / temperature  # [b, Lc, V]
@@ -35,4 +154,4 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
     return torch.cat(parts)  # [B, Lc]
 
 
-LOGSOFTMAX_CHUNK = 2**27  # floats (512 MB) of float32 logits per log-softmax chunk
+HEAD_CHUNK = 2**25  # floats (128 MB in float32) of logits per chunk
