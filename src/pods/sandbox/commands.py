@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 
-from pods.sandbox import cgroup
+import pods.sandbox.cgroup as cgroup
 from pods.sandbox.rootfs import (
     SYSTEM_DIRS,
     Entry,
