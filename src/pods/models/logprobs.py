@@ -74,11 +74,13 @@ def output_head(model) -> torch.nn.Module | None:
 def _sharded_root(model):
     """The outermost FSDP2 module (``fully_shard``), whose parameters hold the head's, or
     None when the model is not sharded."""
-    if not any(type(module).__name__.startswith("FSDP") for module in model.modules()):
-        return None
-    from torch.distributed.fsdp import FSDPModule
+    for module in model.modules():  # outermost first
+        if type(module).__name__.startswith("FSDP"):  # fully_shard's classes: FSDP<Name>
+            from torch.distributed.fsdp import FSDPModule
 
-    return next((m for m in model.modules() if isinstance(m, FSDPModule)), None)
+            if isinstance(module, FSDPModule):
+                return module
+    return None
 
 
 @contextmanager
