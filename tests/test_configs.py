@@ -51,9 +51,12 @@ def test_train_config_is_valid(path):
     assert cfg.eval_repeats == 5 and cfg.engine == "vllm"
     # the paper: a constant lr and a training-time budget, whatever the defaults are
     assert cfg.lr_schedule == "constant" and cfg.max_steps is None and cfg.max_time > 0
-    if "8gpu" in path.name:  # full fine-tuning, one prompt per GPU, 32 kept per GPU
-        assert cfg.lora_rank == 0 and cfg.prompts_per_step % 8 == 0 and cfg.m == 32
+    if "8gpu" in path.name:  # full fine-tuning, one prompt per GPU: the official code's
+        # ratios, 128 generated per prompt; PODS keeps 32 in 4 micro-batches, GRPO-GA all
+        # 128 in 16, advantages within blocks of 32 (its groups)
+        assert cfg.lora_rank == 0 and cfg.prompts_per_step % 8 == 0 and cfg.n == 128
         assert cfg.m // cfg.micro_batch_size == (4 if "pods" in path.name else 16)
+        assert cfg.adv_group_size == (None if "pods" in path.name else 32)
     else:
         assert cfg.lora_rank == 64 and cfg.prompts_per_step == 1
     if "pods" in path.name:

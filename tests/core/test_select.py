@@ -148,10 +148,30 @@ def test_the_values_are_frozen():
     (dict(m=2, max_per_group=4), "max_per_group=4 needs scope batch"),
     (dict(m=2, scope="batch", max_per_group=1), "a whole number of at least 2"),
     (dict(m=2, adv_scale="global"), "unknown advantage scale 'global'; use one of group"),
+    (dict(m=4, adv_group=1), "adv_group=1 needs scope group and a whole number of at least 2"),
+    (dict(m=4, scope="batch", adv_group=2), "adv_group=2 needs scope group"),
 ])
 def test_the_spec_says_what_to_change(fields, message):
     with pytest.raises(ValueError, match=message):
         SelectionSpec(**fields)
+
+
+def test_advantage_blocks_are_the_official_grpo_ga():
+    """adv_group=2 over n=4 (m=n): every rollout kept, each block of 2 in generation order
+    normalised as its own group, as the paper's multi-GPU GRPO-GA does."""
+    chosen = select(REWARDS, {}, SelectionSpec(m=4, adv_group=2, adv_scale="none"))
+    assert chosen.keep.all()
+    # blocks [0, 1] [.5, 1] | [2, 2] [2, 2] | [3, 0] [0, 1], each minus its own mean
+    assert chosen.advantages.tolist() == [[-0.5, 0.5, -0.25, 0.25], [0, 0, 0, 0],
+                                          [1.5, -1.5, -0.5, 0.5]]
+    grouped = select(REWARDS, {}, SelectionSpec(m=4, adv_group=2)).advantages
+    assert torch.equal(grouped, group_advantages(REWARDS.view(6, 2)).view(3, 4))
+    whole = select(REWARDS, {}, SelectionSpec(m=4, adv_group=4)).advantages
+    assert torch.equal(whole, select(REWARDS, {}, SelectionSpec(m=4)).advantages)
+    with pytest.raises(ValueError, match="needs m = n \\(got m=2\\) and n a multiple of 2"):
+        select(REWARDS, {}, SelectionSpec(m=2, adv_group=2))
+    with pytest.raises(ValueError, match="n a multiple of 3"):
+        select(REWARDS, {}, SelectionSpec(m=4, adv_group=3))
 
 
 def test_bad_inputs_are_refused_before_any_work():

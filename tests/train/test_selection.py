@@ -60,3 +60,5 @@ def test_the_spec_comes_from_the_selection_group():
     assert selection_spec(config.selection) == SelectionSpec(
         m=4, rule="max_variance", scope="batch", max_per_group=6, adv_scale="none")
     assert selection_spec(from_dict({}).selection) == SelectionSpec(m=16)
+    ga = from_dict({"n": 8, "m": 8, "adv_group_size": 4}).selection
+    assert selection_spec(ga) == SelectionSpec(m=8, adv_group=4)

@@ -3,6 +3,7 @@ import torch
 
 from pods.cli import draw_curve
 from pods.core import selection as selection_module  # where the trainer selects
+from pods.core.advantages import group_advantages
 from pods.runs.metrics import read_metrics
 from pods.tasks import Task
 from pods.tasks.scoring import Scores
@@ -54,6 +55,34 @@ def test_update_sees_only_the_kept_rollouts(tiny_model_dir, tmp_path, monkeypatc
     monkeypatch.setattr(trainer_module, "policy_update", spy)
     train(config(tiny_model_dir, tmp_path, prompts_per_step=3, n=8, m=3))
     assert seen == [(9, 9, 9), (9, 9, 9)]  # P*m = 3*3 of the P*n = 24 generated
+
+
+def test_the_official_grpo_ga_trains_on_all_with_advantages_in_blocks(tiny_model_dir,
+                                                                      tmp_path, monkeypatch):
+    """adv_group_size=2 at n=m=4: all P*n rows reach the update, each with the advantage of
+    its block of 2 of the same prompt (generation order)."""
+    seen, updates = [], []
+    real_blocks, real_update = selection_module._blocks, trainer_module.policy_update
+
+    def blocks(rewards, spec):
+        keep, adv = real_blocks(rewards, spec)
+        seen.append((rewards, adv))
+        return keep, adv
+
+    def update(model, ref, optimizer, kept, *args, **kwargs):
+        updates.append(kept.advantages.cpu())
+        return real_update(model, ref, optimizer, kept, *args, **kwargs)
+
+    monkeypatch.setattr(selection_module, "_blocks", blocks)
+    monkeypatch.setattr(trainer_module, "policy_update", update)
+    train(config(tiny_model_dir, tmp_path, prompts_per_step=2, n=4, m=4, adv_group_size=2,
+                 temperature=2.0, max_steps=3))
+    assert len(seen) == 3 and len(updates) <= 3  # a step without signal runs no update
+    for rewards, adv in seen:
+        assert torch.equal(adv, group_advantages(rewards.reshape(4, 2)).view(2, 4))
+    for got in updates:
+        assert got.shape == (8,)
+        assert any(torch.allclose(got, adv.flatten()) for _, adv in seen)
 
 
 def test_batch_selection_keeps_p_times_m_across_groups(tiny_model_dir, tmp_path, monkeypatch):

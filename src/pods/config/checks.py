@@ -47,6 +47,10 @@ def _counts(c: Config) -> Iterator[str]:
                                              not 2 <= s.max_kept_per_group <= r.n):
         yield f"max_kept_per_group={s.max_kept_per_group} needs selection batch and a " \
               f"value from 2 to n={r.n} (or None)."
+    g = s.adv_group_size
+    if g is not None and (g < 2 or s.m != r.n or r.n % g or s.scope != "group"):
+        yield f"adv_group_size={g} splits each prompt's n rollouts into blocks of at least 2: " \
+              f"it needs m = n (got m={s.m}, n={r.n}), n a multiple of it and selection group."
     micro = c.optim.micro_batch_size
     if micro is not None and micro > c.kept_per_step:
         yield f"micro_batch_size={micro} is larger than the batch of kept rollouts P*m = " \

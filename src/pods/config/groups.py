@@ -187,6 +187,10 @@ class SelectionConfig:
                                         "keep; None = n.")
     adv_scale: Scale = _f("group", "Advantage scaling over each prompt's kept rollouts: group "
                           "std (GRPO), batch std, or none (Dr. GRPO).")
+    adv_group_size: int | None = _f(None, "Normalise advantages within blocks of this many "
+                                    "of each prompt's n rollouts, in generation order (needs m "
+                                    "= n: the paper's multi-GPU GRPO-GA, n = 4m in blocks of "
+                                    "m); None = over each prompt's kept rollouts.")
     dynamic_sampling: bool = _f(False, "Dynamic sampling (DAPO, arXiv 2503.14476; verl's "
                                 "filter_groups): draw more rounds of P prompts until the step "
                                 "holds P groups whose rewards vary (each rank its P/W), at most "

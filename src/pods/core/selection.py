@@ -55,6 +55,9 @@ class SelectionSpec:
     scope: Scope = "group"  # one of SCOPES
     max_per_group: int | None = None  # scope batch: most rollouts a group keeps; None = n
     adv_scale: Scale = "group"  # one of pods.core.advantages.SCALES
+    adv_group: int | None = None  # advantages within blocks of this many of each group's n
+    #   rollouts in generation order (needs m = n, scope group: the official multi-GPU
+    #   GRPO-GA); None = over each group's kept rollouts
 
     def __post_init__(self) -> None:
         m = self.m
@@ -77,6 +80,11 @@ class SelectionSpec:
         if self.adv_scale not in SCALES:
             raise ValueError(f"unknown advantage scale {self.adv_scale!r}; use one of "
                              f"{', '.join(SCALES)}.")
+        g = self.adv_group
+        if g is not None and (self.scope != "group" or isinstance(g, bool)
+                              or not isinstance(g, int) or g < 2):
+            raise ValueError(f"adv_group={g!r} needs scope group and a whole number of at "
+                             f"least 2 (a block of one rollout has no advantage), or None.")
 
 
 @dataclass(frozen=True)
@@ -181,7 +189,9 @@ def select(rewards: Tensor, inputs: dict[str, Tensor], spec: SelectionSpec,
         raise ValueError(f"lengths has shape {tuple(lengths.shape)}, the rewards "
                          f"{tuple(rewards.shape)}; give one length per rollout.")
     P, n = rewards.shape
-    if spec.scope == "group":
+    if spec.adv_group is not None:
+        keep, advantages = _blocks(rewards, spec)
+    elif spec.scope == "group":
         idx = downsample(rewards, spec.m, spec.rule, generator, **inputs)  # [P, m]
         adv = group_advantages(rewards.gather(1, idx), scale=spec.adv_scale)  # [P, m]
         keep = torch.zeros(P, n, dtype=torch.bool, device=rewards.device).scatter(1, idx, True)
@@ -191,6 +201,20 @@ def select(rewards: Tensor, inputs: dict[str, Tensor], spec: SelectionSpec,
         keep = batch_max_variance(rewards, P * spec.m, spec.max_per_group)  # [P, n]
         advantages = masked_group_advantages(rewards, keep, scale=spec.adv_scale)  # [P, n]
     return Selection(keep, advantages, GroupStats.of(rewards, keep, lengths))
+
+
+def _blocks(rewards: Tensor, spec: SelectionSpec) -> tuple[Tensor, Tensor]:
+    """Keep all n of each group, advantages within consecutive blocks of ``adv_group``
+    rollouts (generation order): the official multi-GPU GRPO-GA, which generates n x
+    accumulation-steps rollouts of one prompt and normalises each block of n as a group.
+    rewards [P, n] -> keep [P, n] (all True), advantages [P, n]."""
+    P, n = rewards.shape
+    g = spec.adv_group
+    if spec.m != n or n % g:
+        raise ValueError(f"adv_group={g} splits each prompt's n={n} rollouts into blocks: it "
+                         f"needs m = n (got m={spec.m}) and n a multiple of {g}.")
+    adv = group_advantages(rewards.reshape(P * n // g, g), scale=spec.adv_scale)  # [P*n/g, g]
+    return torch.ones(P, n, dtype=torch.bool, device=rewards.device), adv.view(P, n)
 
 
 def _mean(x: Tensor) -> float:

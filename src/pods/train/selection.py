@@ -25,7 +25,8 @@ from pods.tasks.scoring import Scores
 def selection_spec(config: SelectionConfig) -> SelectionSpec:
     """The core's selection spec from the config's selection group."""
     return SelectionSpec(m=config.m, rule=config.rule, scope=config.scope,
-                         max_per_group=config.max_kept_per_group, adv_scale=config.adv_scale)
+                         max_per_group=config.max_kept_per_group, adv_scale=config.adv_scale,
+                         adv_group=config.adv_group_size)
 
 
 @dataclass(frozen=True)
