@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from pods.evaluation import Sampling, evaluate, scores, summarize
+from pods.evaluation import Sampling, eval_slice, evaluate, scores, summarize
 from pods.rollout import HFEngine
 from pods.tasks import Problem, Task
 
@@ -58,3 +58,14 @@ def test_eval_argument_errors():
 
     with pytest.raises(ValueError, match="--repeats must be >= 1"):
         EvalRequest("nowhere", ("arithmetic",), repeats=0)
+
+
+def test_the_evaluated_slice_starts_at_the_offset():
+    problems = [Problem(prompt=str(i), answer=str(i)) for i in range(10)]
+    assert eval_slice(problems, 0, 4) == problems[:4]
+    assert eval_slice(problems, 6, 4) == problems[6:]
+    assert eval_slice(problems, 8, 4) == problems[8:]  # what is left
+    assert eval_slice(problems, 3, None) == problems[3:]
+    with pytest.raises(ValueError, match="eval_offset=10 leaves no test problems: the test "
+                                         "split has 10"):
+        eval_slice(problems, 10, None)

@@ -30,6 +30,16 @@ class Sampling:
     repeats: int = 1  # samplings of each problem
 
 
+def eval_slice(problems: list[Problem], offset: int, size: int | None) -> list[Problem]:
+    """The evaluated test problems: ``size`` of them (None: all) from ``offset`` on; an
+    offset that leaves none is an error saying how many there are."""
+    if offset >= len(problems):
+        raise ValueError(f"eval_offset={offset} leaves no test problems: the test split has "
+                         f"{len(problems)} (prompts over max_prompt_tokens dropped); lower "
+                         f"--eval-offset.")
+    return problems[offset:] if size is None else problems[offset:offset + size]
+
+
 def evaluate(engine: Engine, task, problems: list[Problem], sampling: Sampling,
              dist: Dist | None = None, scorer: Scorer | None = None) -> dict[str, float]:
     """Metrics over ``sampling.repeats`` samplings of ``problems`` (mean and SEM over

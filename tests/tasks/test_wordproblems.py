@@ -21,6 +21,7 @@ from pods.tasks.wordproblems import (
     generate,
     interleave,
     parse_levels,
+    split_of,
 )
 
 MADE = {level: generate(level) for level in LEVELS}  # ~1 s for all five levels
@@ -61,6 +62,27 @@ def test_splits_never_share_a_problem_or_a_story(level):
     assert not other & test_keys and other & train_keys
 
 
+@pytest.mark.parametrize("level", LEVELS)
+def test_held_out_tests_come_after_and_change_no_split(level):
+    """The held-out problems hash to test, are new, and drawing them changes neither split."""
+    made, alone = MADE[level], generate(level, heldout_size=0)
+    assert alone["heldout"] == [] and alone["train"] == made["train"]
+    assert alone["test"] == made["test"]
+    keys = [k for k, _ in made["heldout"]]
+    assert len(keys) == len(set(keys)) == {1: 0, 2: 216}.get(level, 400)
+    assert all(split_of(k) == "test" for k in keys)
+    assert not set(keys) & {k for split in ("train", "test") for k, _ in made[split]}
+    for (form, _, operands), problem in made["heldout"]:
+        assert problem.answer == str(LEVELS[level][form].answer(*operands))
+
+
+def test_the_test_split_ends_with_the_held_out_problems():
+    test = WordProblems("1,2").test()
+    base = interleave([[p for _, p in MADE[level]["test"]] for level in (1, 2)])
+    assert test[:173] == base and len(test) == 173 + 216
+    assert test[173:] == [p for _, p in MADE[2]["heldout"]]
+
+
 def test_levels_never_share_a_problem_and_are_graded():
     keys = [{k for split in MADE[level].values() for k, _ in split} for level in LEVELS]
     assert sum(map(len, keys)) == len(set().union(*keys))
@@ -84,7 +106,7 @@ def test_stories_vary(level):
 
 def test_the_task_mixes_the_chosen_levels_round_robin():
     task = WordProblems("1,3")
-    assert task.levels == (1, 3) and len(task.test()) == 173
+    assert task.levels == (1, 3) and len(task.test()) == 173 + 400  # level 1: no held-out
     first = [p for _, p in MADE[1]["test"]]
     third = [p for _, p in MADE[3]["test"]]
     assert task.test()[:4] == [first[0], third[0], first[1], third[1]]

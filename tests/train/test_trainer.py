@@ -85,6 +85,20 @@ def test_the_official_grpo_ga_trains_on_all_with_advantages_in_blocks(tiny_model
         assert any(torch.allclose(got, adv.flatten()) for _, adv in seen)
 
 
+def test_evaluations_start_at_eval_offset(tiny_model_dir, tmp_path, monkeypatch):
+    seen = []
+    real = trainer_module.evaluate
+
+    def spy(engine, task, problems, *args, **kwargs):
+        seen.append(problems)
+        return real(engine, task, problems, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "evaluate", spy)
+    train(config(tiny_model_dir, tmp_path / "all", eval_size=9, max_steps=1))
+    train(config(tiny_model_dir, tmp_path / "held", eval_offset=5, eval_size=4, max_steps=1))
+    assert len(seen[0]) == 9 and seen[-1] == seen[0][5:9]
+
+
 def test_batch_selection_keeps_p_times_m_across_groups(tiny_model_dir, tmp_path, monkeypatch):
     """selection=batch: at most P*m rows reach the update, no group keeps 1, a group
     without variance keeps none, and the advantages are those of each group's kept ones."""

@@ -33,7 +33,7 @@ from pods.runtime.distributed import RankFailure, close_process_group
 # `pods eval` takes the task's fields (a custom task's data file and reward, ...) and the
 # model source's, as `pods train` does; the task names and the budget are its own flags.
 EVAL_FIELDS = [key for key, leaf in LEAVES.items()
-               if leaf.path[0] == "task" and key != "task"] + ["gguf_file", "dtype"]
+               if leaf.path[0] == "task" and key != "task"] + ["gguf_file", "dtype", "eval_offset"]
 
 
 # what the train extra installs (pyproject.toml), by import name

@@ -33,7 +33,7 @@ def evaluate_path(request: EvalRequest, log=None) -> dict[str, dict]:
     model (any --model source: hub id, folder, .gguf file, ...) on one or more tasks' test
     sets. ``log`` (default: stderr) says which checkpoint could not be read, if any.
     Returns {"model": what was loaded, task: metrics, ...}."""
-    from pods.evaluation import Sampling, evaluate
+    from pods.evaluation import Sampling, eval_slice, evaluate
     from pods.models.precision import compute_dtype
     from pods.rollout import EngineSpec, make_engine, resolve_engine
     from pods.rollout.prompts import drop_long_prompts
@@ -57,7 +57,8 @@ def evaluate_path(request: EvalRequest, log=None) -> dict[str, dict]:
     for name, task in tasks.items():
         problems, dropped = drop_long_prompts(engine.tokenizer, task, task.test(),
                                               cfg.task.max_prompt_tokens)
-        result = evaluate(engine, task, problems[:request.size], sampling)
+        chosen = eval_slice(problems, cfg.eval.offset, request.size)
+        result = evaluate(engine, task, chosen, sampling)
         results[name] = {**result, "eval/dropped_long_prompts": dropped}
     return results
 

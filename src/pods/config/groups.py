@@ -255,6 +255,9 @@ class EvalConfig:
                       "eval_every")
     size: int | None = _f(500, "Test problems per evaluation; None = the whole test split.",
                           "eval_size")
+    offset: int = _f(0, "Test problems skipped: evaluations use the test split from this one "
+                     "on (a measurement set beside the problems a recipe was tuned on).",
+                     "eval_offset")
     temperature: float = _f(0.0, "Evaluation sampling temperature; 0 = greedy, for a cheap "
                             "deterministic curve (the paper, and `pods eval`: 0.9).",
                             "eval_temperature")

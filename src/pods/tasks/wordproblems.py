@@ -26,6 +26,11 @@ the seed, so no test problem is trained on under other names. (The same sum can 
 train in another template: the computation itself is not held out.) The levels' operand
 ranges do not overlap, so no problem belongs to two levels. Problems are drawn with a fixed
 seed (as the embedded arithmetic task's are), so every run has the same test set.
+
+The test split is the first ``TEST_PER_LEVEL`` test problems of each level, then up to
+``HELDOUT_PER_LEVEL`` more, drawn from a random stream of their own (so the train split and
+the first test problems are what they always were): a measurement set beside the stories a
+recipe was tuned on (``--eval-offset``). Level 1 has no test problems beyond its 73.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from pods.tasks.math.tasks import SYSTEM_PROMPT
 SEED = 2504  # the generator's seed: the same problems for every run
 TEST_FRACTION = 10  # 1 problem (form, template, operands) in 10 is held out
 TRAIN_PER_LEVEL, TEST_PER_LEVEL = 2000, 100  # at most (level 1 has 631 and 73)
+HELDOUT_PER_LEVEL = 400  # more test problems after those, at most (level 1 has none)
 
 
 @dataclass(frozen=True)
@@ -186,32 +192,59 @@ Key = tuple  # (form, template, operands): what a problem is, whatever its names
 
 
 def generate(level: int, seed: int = SEED, train_size: int = TRAIN_PER_LEVEL,
-             test_size: int = TEST_PER_LEVEL) -> dict[str, list[tuple[Key, Problem]]]:
-    """{"train": [(key, problem)], "test": [...]} for one level: each problem at most once,
-    in the split its key hashes to, until both splits are full or the level's problems run
-    out."""
+             test_size: int = TEST_PER_LEVEL,
+             heldout_size: int = HELDOUT_PER_LEVEL) -> dict[str, list[tuple[Key, Problem]]]:
+    """{"train": [(key, problem)], "test": [...], "heldout": [...]} for one level: each
+    problem at most once, in the split its key hashes to, until both splits are full or the
+    level's problems run out; then ``heldout``: more test problems (``more_tests``)."""
     rng = np.random.default_rng([seed, level])
-    forms = LEVELS[level]
-    names = sorted(forms)
     splits: dict[str, list[tuple[Key, Problem]]] = {"train": [], "test": []}
     quota = {"train": train_size, "test": test_size}
     seen: set[Key] = set()
     for _ in range(20 * (train_size + test_size)):  # level 1 runs out of problems
-        form_name = names[rng.integers(len(names))]
-        form = forms[form_name]
-        template = int(rng.integers(len(TEMPLATES[form_name])))
-        operands = tuple(int(rng.integers(lo, hi + 1)) for lo, hi in form.ranges)
-        key = (form_name, template, operands)
-        if not form.valid(*operands) or key in seen:
+        key, form = draw(rng, level)
+        if not form.valid(*key[2]) or key in seen:
             continue
         seen.add(key)
         split = split_of(key)
         if len(splits[split]) < quota[split]:
-            story = render(form_name, template, operands, rng)
-            splits[split].append((key, Problem(prompt=story, answer=str(form.answer(*operands)))))
+            splits[split].append((key, make(key, form, rng)))
         if all(len(splits[s]) == quota[s] for s in splits):
             break
-    return splits
+    taken = {key for key, _ in splits["test"]}
+    return splits | {"heldout": more_tests(level, seed, taken, heldout_size)}
+
+
+def more_tests(level: int, seed: int, taken: set[Key], size: int) -> list[tuple[Key, Problem]]:
+    """Up to ``size`` test problems (keys that hash to test) not in ``taken``, from a random
+    stream of their own: drawing them changes neither split ``generate`` made before."""
+    rng = np.random.default_rng([seed, level, 1])
+    taken, out = set(taken), []
+    for _ in range(20 * size):
+        key, form = draw(rng, level)
+        if form.valid(*key[2]) and key not in taken and split_of(key) == "test":
+            taken.add(key)
+            out.append((key, make(key, form, rng)))
+            if len(out) == size:
+                break
+    return out
+
+
+def draw(rng: np.random.Generator, level: int) -> tuple[Key, Form]:
+    """One problem's key (form, template, operands) of ``level``, and its form."""
+    forms = LEVELS[level]
+    form_name = sorted(forms)[rng.integers(len(forms))]
+    template = int(rng.integers(len(TEMPLATES[form_name])))
+    form = forms[form_name]
+    operands = tuple(int(rng.integers(lo, hi + 1)) for lo, hi in form.ranges)
+    return (form_name, template, operands), form
+
+
+def make(key: Key, form: Form, rng: np.random.Generator) -> Problem:
+    """The problem of ``key``: its story (names drawn from ``rng``) and answer."""
+    form_name, template, operands = key
+    return Problem(prompt=render(form_name, template, operands, rng),
+                   answer=str(form.answer(*operands)))
 
 
 def interleave(groups: list[list[Problem]]) -> list[Problem]:
@@ -246,5 +279,5 @@ class WordProblems(MathGraded):
             def problems(split: str) -> list[Problem]:
                 return interleave([[p for _, p in level[split]] for level in made])
 
-            self._splits = (problems("train"), problems("test"))
+            self._splits = (problems("train"), problems("test") + problems("heldout"))
         return self._splits

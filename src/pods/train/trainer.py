@@ -21,7 +21,7 @@ import torch
 from pods.config import TrainConfig
 from pods.core.rollout_inputs import completion_lengths, rule_inputs
 from pods.core.selection import select
-from pods.evaluation import Sampling, evaluate
+from pods.evaluation import Sampling, eval_slice, evaluate
 from pods.models.policy import load_policy, load_saved_policy
 from pods.models.precision import autocast, compute_dtype
 from pods.models.source import check_source
@@ -86,7 +86,7 @@ class Trainer:
             dtype=compute_dtype(config.model.mixed_precision)), self.model, self.tokenizer)
         limit = config.task.max_prompt_tokens
         self.train_set, test, self.dropped = fitting_splits(self.tokenizer, self.task, limit)
-        self.test_set = test[: config.eval.size]
+        self.test_set = eval_slice(test, config.eval.offset, config.eval.size)
         if any(self.dropped.values()):
             self.log(f"dropped prompts over {limit} tokens: {self.dropped['data/dropped_train']} "
                      f"train, {self.dropped['data/dropped_test']} test")
