@@ -95,3 +95,23 @@ def test_interval_unbounded_end_is_none():
 ])
 def test_verdict(ci, expected):
     assert verdict(ci) == expected
+
+
+def test_paired_difference_over_the_shared_seeds():
+    from pods.experiments.intervals import paired_difference
+
+    a = {"seed1": 0.5, "seed2": 0.6, "seed3": 0.9, "seed9": 0.1}
+    b = {"seed1": 0.4, "seed2": 0.6, "seed3": 0.6}
+    out = paired_difference(a, b)  # differences .1, 0, .3: mean .1333, sd .1528
+    assert (out["paired_seeds"], out["paired_wins"]) == (3, 2)
+    assert out["paired_diff"] == pytest.approx(0.4 / 3)
+    half = 4.302653 * 0.152753 / 3 ** 0.5  # t(.975, 2 dof)
+    assert out["paired_diff_ci95"] == pytest.approx([0.4 / 3 - half, 0.4 / 3 + half], abs=1e-5)
+    assert paired_difference({"seed1": 0.5}, {"seed2": 0.5})["paired_diff"] is None
+
+
+def test_a_bound_near_one_keeps_its_digits():
+    from pods.experiments.summary import _bound
+
+    assert (_bound(0.998), _bound(1.004), _bound(1.0), _bound(2.971)) == \
+        ("0.9980", "1.0040", "1.00", "2.97")

@@ -108,17 +108,32 @@ def test_summary_speedup_worked_numbers(tmp_path, capsys):
     assert s["p_better_at_end"] == 0.5 and s["p_better_at_end_ci95"] is None  # .75 vs .7, .9
     assert g["speedup_ci95"] is None and g["verdict"] is None and g["p_better_at_end"] is None
 
+    # paired by seed: pods ends .9, .9 against grpo's .7, .9: differences .2 and 0, mean .1,
+    # sd .1414; t(.975, 1 dof) 12.706 x .1414 / sqrt 2 = 1.2706
+    pv = p["vs"]["grpo"]
+    assert (pv["paired_seeds"], pv["paired_wins"]) == (2, 1)
+    assert pv["paired_diff"] == pytest.approx(0.1)
+    assert pv["paired_diff_ci95"] == pytest.approx([0.1 - 1.27062, 0.1 + 1.27062], abs=1e-4)
+    sv = s["vs"]["grpo"]  # slow's one seed (seed0: .75 against .7): no interval
+    assert (sv["paired_seeds"], sv["paired_wins"], sv["paired_diff_ci95"]) == (1, 1, None)
+    assert sv["paired_diff"] == pytest.approx(0.05)
+    assert g["vs"]["grpo"]["paired_diff"] is None
+    assert g["peak_at_last_eval"] and p["peak_at_last_eval"]  # both still at their ends
+
     assert json.loads((tmp_path / "summary.json").read_text()) == list(rows.values())
     table = (tmp_path / "summary.md").read_text()
     assert p["completion_len"] == 7.0 and p["kept_completion_len"] == 5.0
     assert "| time to grpo peak (s) | speed-up vs grpo [95% CI] | steps to grpo peak | steps " \
-           "ratio vs grpo [95% CI] | P(end above grpo) [95% CI] | final acc (%) |" in table
-    assert "| grpo | 2 | 80.0 | 30.0 | 30.0 | 1.00x | 3 | 1.00x | - | 80.0 |" in table
-    assert ("| pods | 2 | 90.0 | 16.0 | 8.0 | 3.75x [1.25, 3.75] faster | 1 | 3.00x [1.00, 3.00]"
-            " not distinguishable | 0.75 [0.50, 1.00] | 90.0 | 4.000 | - | - | 7.0 | 210 | - |"
+           "ratio vs grpo [95% CI] | P(end above grpo) [95% CI] | end acc - grpo, paired by " \
+           "seed (points) [95% CI] | final acc (%) |" in table
+    assert "| grpo | 2 | 80.0 | 30.0 (last eval) | 30.0 | 1.00x | 3 | 1.00x | - | - | 80.0 |" \
+        in table
+    assert ("| pods | 2 | 90.0 | 16.0 (last eval) | 8.0 | 3.75x [1.25, 3.75] faster | 1 | 3.00x "
+            "[1.00, 3.00] not distinguishable | 0.75 [0.50, 1.00] | +10.0 [-117.1, +137.1] "
+            "(2 seeds, 1 higher) | 90.0 | 4.000 | - | - | 7.0 | 210 | - |") in table
+    assert ("| slow | 1 | 75.0 | 40.0 (last eval) | never | never (1 seed: no CI) | never | "
+            "never (1 seed: no CI) | 0.50 (1 seed: no CI) | +5.0 (1 seed, 1 higher) | 75.0 |"
             ) in table
-    assert ("| slow | 1 | 75.0 | 40.0 | never | never (1 seed: no CI) | never | never (1 seed: "
-            "no CI) | 0.50 (1 seed: no CI) | 75.0 |") in table
     assert table in capsys.readouterr().out
     png = (tmp_path / "curves.png").read_bytes()
     assert png.startswith(PNG) and len(png) > 5000
@@ -174,15 +189,17 @@ def test_two_baselines_each_get_a_speedup(tmp_path):
         "time_to_peak": 8, "speedup": 5.0, "speedup_ci95": None, "verdict": None,
         "steps_to_peak": 1, "steps_ratio": 2.0, "steps_ratio_ci95": None,
         "steps_verdict": None, "p_better_at_end": 1.0, "p_better_at_end_ci95": None,
-        "seeds_variant": 2, "seeds_baseline": 1}
+        "seeds_variant": 2, "seeds_baseline": 1, "paired_seeds": 1, "paired_wins": 1,
+        "paired_diff": pytest.approx(0.15), "paired_diff_ci95": None}  # seed0 .9 vs .75
     assert rows["grpo"]["vs"]["slow"]["speedup"] == pytest.approx(40 / 30)
     assert rows["slow"]["vs"]["slow"]["speedup"] == 1.0
     assert rows["slow"]["vs"]["grpo"]["speedup"] is None  # never reaches .8
     table = (tmp_path / "summary.md").read_text()
-    assert "| P(end above grpo) [95% CI] | time to slow peak (s) | speed-up vs slow [95% CI] |" \
-        in table
-    assert ("| 0.75 [0.50, 1.00] | 8.0 | 5.00x (1 seed: no CI) | 1 | 2.00x (1 seed: no CI) | "
-            "1.00 (1 seed: no CI) | 90.0 |") in table
+    assert "| P(end above grpo) [95% CI] | end acc - grpo, paired by seed (points) [95% CI] | " \
+        "time to slow peak (s) | speed-up vs slow [95% CI] |" in table
+    assert ("| 0.75 [0.50, 1.00] | +10.0 [-117.1, +137.1] (2 seeds, 1 higher) | 8.0 | 5.00x "
+            "(1 seed: no CI) | 1 | 2.00x (1 seed: no CI) | 1.00 (1 seed: no CI) | +15.0 (1 seed, "
+            "1 higher) | 90.0 |") in table
 
 
 def test_baseline_peaking_at_time_zero_gives_no_speedup(tmp_path):
@@ -291,8 +308,10 @@ def test_summary_json_names(tmp_path):
     row = json.loads((tmp_path / "summary.json").read_text())[1]
     per_baseline = {"time_to_peak", "speedup", "speedup_ci95", "verdict", "steps_to_peak",
                     "steps_ratio", "steps_ratio_ci95", "steps_verdict", "p_better_at_end",
-                    "p_better_at_end_ci95", "seeds_variant", "seeds_baseline"}
+                    "p_better_at_end_ci95", "seeds_variant", "seeds_baseline",
+                    "paired_seeds", "paired_wins", "paired_diff", "paired_diff_ci95"}
     assert set(row["vs"]["grpo"]) == per_baseline
-    top = per_baseline - {"time_to_peak", "steps_to_peak", "seeds_variant"}
+    top = per_baseline - {"time_to_peak", "steps_to_peak", "seeds_variant", "paired_seeds",
+                          "paired_wins", "paired_diff", "paired_diff_ci95"}
     assert top | {"time_to_baseline_peak", "steps_to_baseline_peak", "seeds"} <= set(row)
     assert row["variant"] == "pods" and row["speedup_ci95"] == row["vs"]["grpo"]["speedup_ci95"]

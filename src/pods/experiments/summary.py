@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 import yaml
 
-from pods.experiments.intervals import Seeds, on_common_grid, step_functions, to_peak, versus
+from pods.experiments.intervals import (
+    Seeds,
+    on_common_grid,
+    paired_difference,
+    step_functions,
+    to_peak,
+    versus,
+)
 from pods.experiments.plots import plot_compare, plot_seeds
 from pods.runs.metrics import read_metrics
 
@@ -138,9 +145,12 @@ def summarize(out_dir: str | Path) -> list[dict[str, Any]]:
             baselines.append(name)
         else:
             print(f"baseline {name!r} has no eval records yet: no speed-ups over it.")
+    ends = {n: {run.name: evals[-1]["eval/accuracy"] for run, evals in r}
+            for n, r in runs.items()}  # each run's end accuracy by seed folder name
     rows = []
     for name, curve in curves.items():
         vs = {base: (versus(by_time[name], by_time[base], by_step[name], by_step[base])
+                     | paired_difference(ends[name], ends[base])
                      if base != name else _itself(by_time[name], by_step[name]))
               for base in baselines}
         first = vs[baselines[0]] if baselines else {}
@@ -165,7 +175,9 @@ def _itself(by_time: Seeds, by_step: Seeds) -> dict[str, Any]:
             "steps_to_peak": to_peak(by_step, by_step)[1], "steps_ratio": 1.0,
             "steps_ratio_ci95": None, "steps_verdict": None,
             "p_better_at_end": None, "p_better_at_end_ci95": None,
-            "seeds_variant": by_time.k, "seeds_baseline": by_time.k}
+            "seeds_variant": by_time.k, "seeds_baseline": by_time.k,
+            "paired_seeds": by_time.k, "paired_wins": 0, "paired_diff": None,
+            "paired_diff_ci95": None}
 
 
 def baseline_names(value: Any) -> list[str]:
@@ -182,6 +194,7 @@ def _row(name: str, curve: Curve) -> dict[str, Any]:
     return {
         "variant": name, "seeds": curve.seeds,
         "peak_acc": float(curve.mean[peak]), "time_to_peak": float(curve.times[peak]),
+        "peak_at_last_eval": bool(peak == len(curve.times) - 1),  # it may still be rising
         "sec_per_step": float(np.mean(per_step)) if per_step else None,
         "generate_sec": _mean_of(steps, "time/generate"),
         "update_sec": _mean_of(steps, "time/update"),
@@ -219,20 +232,23 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     for base in baselines:
         head += [f"time to {base} peak (s)", f"speed-up vs {base} [95% CI]",
                  f"steps to {base} peak", f"steps ratio vs {base} [95% CI]",
-                 f"P(end above {base}) [95% CI]"]
+                 f"P(end above {base}) [95% CI]",
+                 f"end acc - {base}, paired by seed (points) [95% CI]"]
     head += ["final acc (%)", "s/step", "generate s/step", "update s/step",
              "completion len (tokens)", "peak RSS (MB)", "peak GPU (MB)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["variant"], str(r["seeds"]), _num(100 * r["peak_acc"], ".1f"),
-                 _num(r["time_to_peak"], ".1f")]
+                 _num(r["time_to_peak"], ".1f") + (" (last eval)" if r.get("peak_at_last_eval")
+                                                   else "")]
         for base in baselines:
             v = r["vs"][base]
             cells += [_num(v["time_to_peak"], ".1f", "never"),
                       _ratio_cell(v, "time_to_peak", "speedup", "verdict"),
                       _num(v["steps_to_peak"], ".0f", "never"),
                       _ratio_cell(v, "steps_to_peak", "steps_ratio", "steps_verdict"),
-                      _num(v["p_better_at_end"], ".2f") + _ci(v, "p_better_at_end_ci95")]
+                      _num(v["p_better_at_end"], ".2f") + _ci(v, "p_better_at_end_ci95"),
+                      _paired_cell(v)]
         cells += [_num(100 * r["final_acc"], ".1f"), _num(r["sec_per_step"], ".3f"),
                   _num(r["generate_sec"], ".3f"), _num(r["update_sec"], ".3f"),
                   _num(r.get("completion_len"), ".1f"), _num(r["peak_mem_mb"], ".0f"),
@@ -258,7 +274,26 @@ def _ci(v: dict[str, Any], key: str) -> str:
     seed; nothing for the baseline against itself."""
     ci = v[key]
     if ci is not None:
-        return " [" + ", ".join(_num(x, ".2f", "inf") for x in ci) + "]"
+        return " [" + ", ".join("inf" if x is None else _bound(x) for x in ci) + "]"
     if v["p_better_at_end"] is not None and min(v["seeds_variant"], v["seeds_baseline"]) < 2:
         return " (1 seed: no CI)"
     return ""
+
+
+def _bound(x: float) -> str:
+    """An interval's end to 2 decimals, or 4 where 2 would print 1.00 for a bound that is
+    not 1 (then whether the interval holds 1 can be read)."""
+    text = f"{x:.2f}"
+    return f"{x:.4f}" if text == "1.00" and x != 1 else text
+
+
+def _paired_cell(v: dict[str, Any]) -> str:
+    """"+10.0 [-3.2, 23.2] (5 seeds, 4 higher)"; "-" against itself or with no seed in
+    common."""
+    if v.get("paired_diff") is None:
+        return "-"
+    ci = v["paired_diff_ci95"]
+    band = "" if ci is None else f" [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
+    k = v["paired_seeds"]
+    return f"{100 * v['paired_diff']:+.1f}{band} ({k} seed{'s' if k > 1 else ''}, " \
+           f"{v['paired_wins']} higher)"
