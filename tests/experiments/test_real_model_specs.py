@@ -32,3 +32,23 @@ def test_the_spec_runs_scaled_down(chat_model_dir, tmp_path):
         assert {k: saved[k] for k in kept} == kept and kept
         assert saved["mixed_precision"] == "bf16" and saved["word_levels"] == "1,2"
     assert (out / "summary.md").is_file()
+
+
+def test_the_paper_spec_builds_every_run_and_its_official_ga_runs(chat_model_dir, tmp_path):
+    """compare_smollm2_paper.yaml: every variant's config is valid for every stated seed, all
+    measure on the held-out stories, and its GRPO-GA (advantages in blocks of m) runs."""
+    spec = load_spec(CONFIGS / "compare_smollm2_paper.yaml")
+    assert spec.seeds == (200, 201, 202, 203, 204) and spec.baseline[0] == "grpo"
+    for variant in spec.variants:
+        for seed in spec.seeds:
+            config = spec.config(variant, seed, out_dir=str(tmp_path), run_name="r")
+            assert (config.eval.offset, config.eval.size, config.eval.every) == (64, 256, 150)
+            assert config.run.max_time == 900 and config.selection.dynamic_sampling
+    ga = spec.variants["grpo_ga"]
+    assert (ga["n"], ga["m"], ga["adv_group_size"]) == (16, 16, 4)
+    small = CompareSpec(variants={"grpo_ga": ga}, seeds=(200,), baseline="grpo_ga",
+                        base=spec.base)
+    out = run_compare(small, tmp_path / "compare", train_or_resume,
+                      overrides={**SCALED, "model": chat_model_dir})
+    assert len(read_metrics(out / "grpo_ga" / "seed200" / "metrics.jsonl", "step")) == 2
+    assert load_yaml(out / "grpo_ga" / "seed200" / "config.yaml")["adv_group_size"] == 4
