@@ -96,6 +96,9 @@ def test_check_tiny_on_cpu(cached_tiny, tmp_path, capsys):
     assert "| hf-lora | passed | float32 |" in table
     assert "| ddp | skipped |" in table and "step-time ratio PODS 4/2 : GRPO 2/2 = " in table
     assert table in printed
+    sandbox = report["sandbox"]  # what the code tasks' sandbox can do for this caller
+    assert set(sandbox["modes"]) == {"bwrap", "unshare"} and sandbox["memory"]
+    assert f"total memory: {sandbox['memory']}" in table
     assert main([*TINY, "--out", str(out)]) == 2  # an existing check is not overwritten
 
 
@@ -145,3 +148,14 @@ def test_gguf_file_is_checked_before_any_mode_and_reaches_every_mode(tmp_path, c
                 "m": 2, "prompts_per_step": 1, "eval_size": 2, "max_new_tokens": 8}
     config = check_run.mode_config(Mode("hf-full", {"engine": "hf"}), settings, out)
     assert config["gguf_file"] == "other.gguf" and config["model"] == str(folder)
+
+
+def test_the_report_says_what_bounds_a_sandbox():
+    from pods.check.report import sandbox_line
+
+    report = {"sandbox": {"modes": {"bwrap": "works", "unshare": "unavailable: no unshare"},
+                          "memory": "one process per sandbox (RLIMIT_NPROC)"}}
+    assert sandbox_line(report) == ("sandbox (code tasks): bwrap works, unshare unavailable: "
+                                    "no unshare; total memory: one process per sandbox "
+                                    "(RLIMIT_NPROC)")
+    assert sandbox_line({}) == "sandbox (code tasks): not probed"

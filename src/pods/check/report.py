@@ -82,4 +82,14 @@ def markdown(report: dict[str, Any]) -> str:
         f"model {s['model']}, task {s['task']}, device {s['device']}, dtype {s['dtype']}, "
         f"{s['steps']} steps of P={s['prompts_per_step']} prompts, n={s['n']}, m={s['m']}, "
         f"{s['max_new_tokens']} new tokens", "",
-        table(report["modes"]), "", ratio_line(report["ratio"]), ""])
+        table(report["modes"]), "", ratio_line(report["ratio"]), "", sandbox_line(report), ""])
+
+
+def sandbox_line(report: dict[str, Any]) -> str:
+    """What the code tasks' sandbox can do for this caller: each isolation mode, and what
+    bounds a sandbox's total memory (pods.sandbox.cgroup)."""
+    sandbox = report.get("sandbox")
+    if not sandbox:
+        return "sandbox (code tasks): not probed"
+    modes = ", ".join(f"{mode} {state}" for mode, state in sandbox["modes"].items())
+    return f"sandbox (code tasks): {modes}; total memory: {sandbox['memory']}"

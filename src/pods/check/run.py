@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pods.check.env import sandbox_memory, sandbox_modes
 from pods.check.modes import Machine, Mode, fsdp2_support, plan, pods_mode
 from pods.check.report import markdown, measure
 
@@ -113,7 +114,8 @@ def run_check(settings: dict[str, Any], out: Path, only: str | None = None,
         print(f"pods check: {mode.name} {rows[-1]['status']} "
               f"{rows[-1].get('reason') or ''}".rstrip(), flush=True)
     report = {"machine": vars(machine), "settings": settings, "modes": rows,
-              "ratio": step_time_ratio(rows, machine, settings)}
+              "ratio": step_time_ratio(rows, machine, settings),
+              "sandbox": {"modes": sandbox_modes(), "memory": sandbox_memory()}}
     (out / "check.json").write_text(json.dumps(report, indent=1))
     (out / "check.md").write_text(markdown(report))
     return report
