@@ -1,27 +1,34 @@
 """Seconds per optimizer step: the native pods trainer against TRL's GRPOTrainer and the
 PODS adapter (pods.integrations.trl), on the same model, task and settings.
 
-All four runs use the embedded tiny model (the SFT-warmed Qwen2 of ``pods.models.tiny``,
-from the same cache folder), the arithmetic task's train prompts rendered as
-``pods.rollout.prompts.render_prompts`` does, its reward, P prompts per step, 8 new tokens at
-temperature 1.0, AdamW at lr 3e-4, no KL, float32, gradient-norm clipping at 1.0, per-
-sequence loss normalisation and one optimizer step per generation batch:
+Two set-ups (``--model``). ``tiny`` (the default): the embedded tiny model (the SFT-warmed
+Qwen2 of ``pods.models.tiny``, from the same cache folder), the arithmetic task's train
+prompts, 8 new tokens at temperature 1.0, AdamW at lr 3e-4, float32, P = 8:
 
     pods GRPO           pods.train.trainer.Trainer, n = m = 16
     pods GRPO-PODS      pods.train.trainer.Trainer, n = 64, m = 16, max-variance
     TRL GRPOTrainer     trl.GRPOTrainer, num_generations = 16
     TRL PODSGRPOTrainer pods.integrations.trl, num_generations = 64, pods_m = 16
 
-Each runs in its own process with the same torch thread count; a step is timed from
-before generation to after the optimizer step (``Trainer.step()`` for pods, a
-TrainerCallback's on_step_begin/on_step_end for TRL), and the table reports the median
-over the steps after the warm-up. The phase columns split that time: generate (the
-``generate`` call), reward, select/score (everything between generation and the update:
-selection, advantages, padding, TRL's bookkeeping) and update (forward, backward,
-optimizer step).
+``smollm2``: SmolLM2-135M-Instruct (``pods fetch smollm2``), the word problems (levels 1
+and 2) with the paper's chat prompt, 200 new tokens at temperature 0.5, lr 2e-5, bf16
+compute over float32 weights (pods: mixed_precision bf16; TRL: bf16=True, accelerate's
+autocast), P = 1, at the paper's MATH sizes: GRPO 8/8 and PODS 32/8 on each side. Both
+generate with transformers' ``generate`` on the training module (pods' hf engine; TRL
+without vLLM, which TRL cannot run on a CPU).
+
+Common to both: the task's reward, no KL, gradient-norm clipping at 1.0, per-sequence loss
+normalisation and one optimizer step per generation batch. Each runs in its own process
+with the same torch thread count; a step is timed from before generation to after the
+optimizer step (``Trainer.step()`` for pods, a TrainerCallback's on_step_begin/on_step_end
+for TRL), and the table reports the median over the steps after the warm-up. The phase
+columns split that time: generate (the ``generate`` call), reward, select/score
+(everything between generation and the update: selection, advantages, padding, TRL's
+bookkeeping) and update (forward, backward, optimizer step).
 
     python benchmarks/trl_vs_native.py                       # about 1.5 minutes on 2 cores
     python benchmarks/trl_vs_native.py --steps 20 --warmup 3 --prompts 16
+    python benchmarks/trl_vs_native.py --model smollm2 --threads 2 --steps 5 --warmup 1
 """
 
 from __future__ import annotations
@@ -40,48 +47,70 @@ from pathlib import Path
 
 import torch
 
-LR, MAX_NEW_TOKENS, TEMPERATURE, SEED = 3e-4, 8, 1.0, 0
-METHODS = {  # name: (implementation, n, m)
-    "pods GRPO": ("native", 16, 16),
-    "pods GRPO-PODS": ("native", 64, 16),
-    "TRL GRPOTrainer": ("trl", 16, 16),
-    "TRL PODSGRPOTrainer": ("trl-pods", 64, 16),
+SEED = 0
+SETUPS = {  # --model: the run's settings and the methods, name: (implementation, n, m)
+    "tiny": {"task": "arithmetic", "prompts": 8, "max_new_tokens": 8, "temperature": 1.0,
+             "lr": 3e-4, "bf16": False,
+             "methods": {"pods GRPO": ("native", 16, 16), "pods GRPO-PODS": ("native", 64, 16),
+                         "TRL GRPOTrainer": ("trl", 16, 16),
+                         "TRL PODSGRPOTrainer": ("trl-pods", 64, 16)}},
+    "smollm2": {"task": "wordproblems", "prompts": 1, "max_new_tokens": 200,
+                "temperature": 0.5, "lr": 2e-5, "bf16": True,
+                "methods": {"pods GRPO": ("native", 8, 8), "pods GRPO-PODS": ("native", 32, 8),
+                            "TRL GRPOTrainer": ("trl", 8, 8),
+                            "TRL PODSGRPOTrainer": ("trl-pods", 32, 8)}},
 }
+METHODS = sorted({name for setup in SETUPS.values() for name in setup["methods"]})
 PHASES = ("generate", "reward", "select", "update")
 
 
-def native(P: int, n: int, m: int, steps: int, beta: float = 0.0) -> list[dict]:
+def native(model: str, P: int, n: int, m: int, steps: int, beta: float = 0.0) -> list[dict]:
     from pods.config import from_dict
     from pods.train.trainer import Trainer
 
-    config = from_dict(dict(model="tiny", task="arithmetic", prompts_per_step=P, n=n, m=m,
-                         lr=LR, max_new_tokens=MAX_NEW_TOKENS, temperature=TEMPERATURE,
-                         max_steps=steps, max_time=None, device="cpu", progress=False,
-                         seed=SEED, beta=beta))
+    setup = SETUPS[model]
+    config = from_dict(dict(model=model, task=setup["task"], prompts_per_step=P, n=n, m=m,
+                            lr=setup["lr"], max_new_tokens=setup["max_new_tokens"],
+                            temperature=setup["temperature"], engine="hf",
+                            mixed_precision="bf16" if setup["bf16"] else "no",
+                            max_steps=steps, max_time=None, device="cpu", progress=False,
+                            seed=SEED, beta=beta, lr_schedule="constant", warmup_frac=0.0))
     trainer = Trainer(config, log=lambda *args, **kwargs: None)
     records = []
     for _ in range(steps):
         start = time.perf_counter()
         out = trainer.step()
-        record = {"step": time.perf_counter() - start}
-        record.update({phase: out[f"time/{phase}"] for phase in PHASES})
+        record = {"step": time.perf_counter() - start, "updated": "time/update" in out}
+        record.update({phase: out.get(f"time/{phase}", 0.0) for phase in PHASES})
         records.append(record)
     return records
 
 
-def trl(P: int, n: int, m: int, steps: int, pods: bool, beta: float = 0.0) -> list[dict]:
+def model_folder(model: str, task) -> str:
+    """The folder both sides load: the tiny model's cache, or a fetched model's."""
+    if model == "tiny":
+        from pods.models.tiny import tiny_model_path
+
+        return str(tiny_model_path(task, log=lambda *args: None))
+    from pods.models.source import resolve
+
+    return str(resolve(model, None, log=lambda *args: None))
+
+
+def trl(model: str, P: int, n: int, m: int, steps: int, pods: bool, beta: float = 0.0
+        ) -> list[dict]:
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
 
-    from pods.models.tiny import tiny_model_path
     from pods.rollout.prompts import render_prompts
     from pods.tasks import get_task
 
-    task = get_task("arithmetic")
-    model_dir = str(tiny_model_path(task, log=lambda *args: None))
+    setup = SETUPS[model]
+    task = get_task(setup["task"])
+    model_dir = model_folder(model, task)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     problems = task.train()
-    texts, _ = render_prompts(tokenizer, task, problems)  # no chat template: special tokens
+    texts, _ = render_prompts(tokenizer, task, problems)  # rendered: TRL adds no template
     by_prompt = dict(zip(texts, problems, strict=True))
 
     def reward(prompts, completions, **kwargs):
@@ -99,12 +128,13 @@ def trl(P: int, n: int, m: int, steps: int, pods: bool, beta: float = 0.0) -> li
     # (PODS adapter); one micro-batch, one optimizer step per generation batch.
     args = Config(output_dir=tempfile.mkdtemp(), num_generations=n, max_steps=steps,
                   per_device_train_batch_size=P * m, gradient_accumulation_steps=1,
-                  max_completion_length=MAX_NEW_TOKENS, temperature=TEMPERATURE,
-                  learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0,
-                  optim="adamw_torch", weight_decay=0.0, max_grad_norm=1.0, beta=beta,
-                  loss_type="grpo", scale_rewards="group", bf16=False, use_cpu=True,
-                  report_to="none", save_strategy="no", logging_steps=steps,
-                  disable_tqdm=True, seed=SEED, **extra)
+                  max_completion_length=setup["max_new_tokens"],
+                  temperature=setup["temperature"], learning_rate=setup["lr"],
+                  lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch",
+                  weight_decay=0.0, max_grad_norm=1.0, beta=beta, loss_type="grpo",
+                  scale_rewards="group", bf16=setup["bf16"], use_cpu=True, report_to="none",
+                  save_strategy="no", logging_steps=steps, disable_tqdm=True, seed=SEED,
+                  **extra)
     records: list[dict] = []
 
     class StepTimer(TrainerCallback):
@@ -139,10 +169,10 @@ def _timed(method, records: list[dict], phase: str):
     return timed
 
 
-def worker(name: str, prompts: int, steps: int, beta: float) -> None:
-    kind, n, m = METHODS[name]
-    records = native(prompts, n, m, steps, beta) if kind == "native" else \
-        trl(prompts, n, m, steps, pods=kind == "trl-pods", beta=beta)
+def worker(model: str, name: str, prompts: int, steps: int, beta: float) -> None:
+    kind, n, m = SETUPS[model]["methods"][name]
+    records = native(model, prompts, n, m, steps, beta) if kind == "native" else \
+        trl(model, prompts, n, m, steps, pods=kind == "trl-pods", beta=beta)
     print("RESULT " + json.dumps(records))
 
 
@@ -150,15 +180,21 @@ def run(name: str, cli) -> dict:
     """One method in a fresh process: its medians over the timed steps."""
     env = {**os.environ, "OMP_NUM_THREADS": str(cli.threads), "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
-    command = [sys.executable, __file__, "--worker", name, "--prompts", str(cli.prompts),
-               "--steps", str(cli.warmup + cli.steps), "--threads", str(cli.threads),
-               "--beta", str(cli.beta)]
+    command = [sys.executable, __file__, "--worker", name, "--model", cli.model,
+               "--prompts", str(cli.prompts), "--steps", str(cli.warmup + cli.steps),
+               "--threads", str(cli.threads), "--beta", str(cli.beta),
+               "--max-new-tokens", str(SETUPS[cli.model]["max_new_tokens"])]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode or not lines:
         sys.exit(f"{name} failed:\n{done.stderr[-3000:]}")
     timed = json.loads(lines[-1][len("RESULT "):])[cli.warmup :]
-    return {key: statistics.median(r[key] for r in timed) for key in ("step", *PHASES)}
+    # pods runs no update on a step without reward variance (TRL does): such steps are
+    # left out of the medians, and counted
+    updated = [r for r in timed if r.get("updated", True)]
+    medians = {key: statistics.median(r[key] for r in updated or timed)
+               for key in ("step", *PHASES)}
+    return {**medians, "skipped": len(timed) - len(updated)}
 
 
 def machine(threads: int) -> str:
@@ -190,31 +226,42 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    parser.add_argument("--prompts", type=int, default=8, help="P, prompts per step")
+    parser.add_argument("--model", choices=SETUPS, default="tiny",
+                        help="tiny (embedded, arithmetic) or smollm2 (pods fetch smollm2; the "
+                             "word problems): see the docstring")
+    parser.add_argument("--prompts", type=int, default=None,
+                        help="P, prompts per step (default: tiny 8, smollm2 1)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads in every run (1: tiny ops gain nothing from more)")
     parser.add_argument("--beta", type=float, default=0.0,
                         help="KL weight in every run (> 0: reference log-probs; TRL computes "
                              "them on all n, pods on the m kept)")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="completion limit (default: tiny 8, smollm2 200)")
     parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
     cli = parser.parse_args()
+    setup = SETUPS[cli.model]
+    setup["max_new_tokens"] = cli.max_new_tokens or setup["max_new_tokens"]
+    cli.prompts = cli.prompts or setup["prompts"]
     torch.set_num_threads(cli.threads)
     if cli.worker:
-        worker(cli.worker, cli.prompts, cli.steps, cli.beta)
+        worker(cli.model, cli.worker, cli.prompts, cli.steps, cli.beta)
         return
     P = cli.prompts
     print(f"machine: {machine(cli.threads)}")
-    print(f"P={P}, {MAX_NEW_TOKENS} new tokens, temperature {TEMPERATURE}, lr {LR}, beta "
-          f"{cli.beta}; median "
-          f"over {cli.steps} steps after {cli.warmup} warm-up steps\n")
+    print(f"model {cli.model}, task {setup['task']}, P={P}, {setup['max_new_tokens']} new "
+          f"tokens, temperature {setup['temperature']}, lr {setup['lr']}, "
+          f"{'bf16 compute over float32 weights' if setup['bf16'] else 'float32'}, beta "
+          f"{cli.beta}; median over {cli.steps} steps after {cli.warmup} warm-up steps\n")
     print("| method | P | n | m | s/step | rollouts/s | generate | reward | select/score | "
-          "update |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "update | steps without an update (left out) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     start, (busy, ours) = time.perf_counter(), cpu_seconds()
-    for name, (_, n, m) in METHODS.items():
+    for name, (_, n, m) in setup["methods"].items():
         t = run(name, cli)
         print(f"| {name} | {P} | {n} | {m} | {t['step']:.3f} | {P * n / t['step']:.0f} | "
-              + " | ".join(f"{t[phase]:.3f}" for phase in PHASES) + " |", flush=True)
+              + " | ".join(f"{t[phase]:.3f}" for phase in PHASES)
+              + f" | {t['skipped']} |", flush=True)
     wall, (busy_end, ours_end) = time.perf_counter() - start, cpu_seconds()
     other = max(0.0, (busy_end - busy) - (ours_end - ours)) / wall
     print(f"\nother load during the runs: {other:.2f} of {os.cpu_count()} cores busy on "
