@@ -52,3 +52,18 @@ def test_the_paper_spec_builds_every_run_and_its_official_ga_runs(chat_model_dir
                       overrides={**SCALED, "model": chat_model_dir})
     assert len(read_metrics(out / "grpo_ga" / "seed200" / "metrics.jsonl", "step")) == 2
     assert load_yaml(out / "grpo_ga" / "seed200" / "config.yaml")["adv_group_size"] == 4
+
+
+def test_the_correction_ab_reuses_the_unseen_seeds_runs(tmp_path):
+    """compare_smollm2_is.yaml links the uncorrected runs of compare_smollm2_unseen.yaml:
+    its pods variant must build the very configs those ran, and pods_is differ only in the
+    correction."""
+    ab, unseen = (load_spec(CONFIGS / name) for name in
+                  ("compare_smollm2_is.yaml", "compare_smollm2_unseen.yaml"))
+    assert set(ab.seeds) <= set(unseen.seeds)
+    where = dict(out_dir=str(tmp_path), run_name="r", tracker_group="g")
+    for seed in ab.seeds:
+        assert ab.config("pods", seed, **where) == unseen.config("pods", seed, **where)
+        corrected = ab.config("pods_is", seed, **where)
+        assert corrected.loss.is_correction == "token_truncate"
+        assert corrected.replace(is_correction="none") == ab.config("pods", seed, **where)
