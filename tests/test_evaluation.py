@@ -66,6 +66,7 @@ def test_the_evaluated_slice_starts_at_the_offset():
     assert eval_slice(problems, 6, 4) == problems[6:]
     assert eval_slice(problems, 8, 4) == problems[8:]  # what is left
     assert eval_slice(problems, 3, None) == problems[3:]
+    assert eval_slice([], 0, 5) == []  # no offset: the split as it is, even empty
     with pytest.raises(ValueError, match="eval_offset=10 leaves no test problems: the test "
                                          "split has 10"):
         eval_slice(problems, 10, None)

@@ -32,8 +32,9 @@ class Sampling:
 
 def eval_slice(problems: list[Problem], offset: int, size: int | None) -> list[Problem]:
     """The evaluated test problems: ``size`` of them (None: all) from ``offset`` on; an
-    offset that leaves none is an error saying how many there are."""
-    if offset >= len(problems):
+    offset that leaves none is an error saying how many there are (offset 0 takes the
+    split as it is, as evaluations did before offsets)."""
+    if offset and offset >= len(problems):
         raise ValueError(f"eval_offset={offset} leaves no test problems: the test split has "
                          f"{len(problems)} (prompts over max_prompt_tokens dropped); lower "
                          f"--eval-offset.")
