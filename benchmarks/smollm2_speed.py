@@ -16,7 +16,8 @@ first pass on the smallest B warms up, not reported):
                       the output head applied a chunk of tokens at a time
                       (pods.models.logprobs); "full logits": the model's own logits
   bare fwd+bwd+AdamW  model(ids).logits -> log_softmax -> gather -> mean -> backward -> step
-mixed = float32 weights under torch.autocast(bfloat16) (pods's --mixed-precision bf16).
+mixed = float32 weights under torch.autocast(bfloat16) (pods's --mixed-precision bf16). Both
+take pods train's settings: the fused AdamW, glibc keeping freed memory (pods.runtime.speed).
 
     .venv/bin/python benchmarks/smollm2_speed.py --part hf          # the hf engine
     .venv/bin/python benchmarks/smollm2_speed.py --part update      # the update
@@ -177,12 +178,14 @@ def update_rows(folder: str, sizes: list[int], repeats: int) -> list[dict]:
 
     from pods.config import from_dict
     from pods.rollout import Rollouts
+    from pods.runtime.speed import adamw, keep_freed_memory
 
     cfg = from_dict({"model": folder, "task": "wordproblems", "max_new_tokens": NEW})
+    keep_freed_memory()  # as pods train does (pods.runtime.speed)
     out = []
     for mixed in ("no", "bf16"):
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-7)
+        optimizer = adamw(model.parameters(), lr=1e-7, betas=(0.9, 0.999), weight_decay=0.0)
         dtype = "mixed bf16" if mixed == "bf16" else "float32"
         warm = [True] + [False] * len(sizes)  # the first pass: a warm-up, not reported
         for B, warming in zip([sizes[0], *sizes], warm, strict=True):

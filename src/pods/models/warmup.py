@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from pods.runtime.speed import adamw
 from pods.tasks import Problem
 
 
@@ -48,7 +49,7 @@ def supervised_warmup(model, tokenizer, problems: list[Problem], plan: WarmupPla
                       log=print) -> None:
     """``plan.steps`` AdamW steps on random batches of ``problems`` (in place)."""
     rng = np.random.default_rng(plan.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=plan.lr, weight_decay=0.0)
+    optimizer = adamw(model.parameters(), lr=plan.lr, betas=(0.9, 0.999), weight_decay=0.0)
     device = next(model.parameters()).device
     model.train()
     start = time.perf_counter()

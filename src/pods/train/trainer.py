@@ -30,6 +30,7 @@ from pods.rollout.prompts import fitting_splits, render_prompts
 from pods.runtime import fsdp
 from pods.runtime.device import peak_memory_mb
 from pods.runtime.distributed import Dist, launched_world_size
+from pods.runtime.speed import adamw, keep_freed_memory
 from pods.tasks import get_task
 from pods.tasks.scoring import Scorer
 from pods.tracking import check_installed
@@ -66,6 +67,7 @@ class Trainer:
         self.log = log if self.dist.is_main else silent
         self.device = self.dist.device
         torch.manual_seed(config.run.seed)
+        keep_freed_memory()  # freed activations reused by the next update (pods.runtime.speed)
         resolve_engine(config.rollout, self.device, self.dist.sharded)  # fail early
         check_installed(config.tracking.report_to)
         check_source(config.model.name, config.model.gguf_file)  # a missing path, say
@@ -111,8 +113,8 @@ class Trainer:
     def _optimizer(self) -> torch.optim.Optimizer:
         o = self.cfg.optim
         trainable = [p for p in self.model.parameters() if p.requires_grad]
-        return torch.optim.AdamW(trainable, lr=o.lr, betas=(o.adam_beta1, o.adam_beta2),
-                                 weight_decay=o.weight_decay)
+        return adamw(trainable, lr=o.lr, betas=(o.adam_beta1, o.adam_beta2),
+                     weight_decay=o.weight_decay)
 
     # ---- one step: sample (generate, score, select), then update on what was kept -------
     def step(self) -> dict[str, float]:
