@@ -26,6 +26,7 @@ MMAP_THRESHOLD = 2**30  # only blocks above 1 GiB get their own mapping (glibc: 
 TRIM_THRESHOLD = 2**31 - 1  # and the heap's free top (up to 2 GiB, mallopt takes a C int) is
 # not handed back between updates
 OPT_OUT = "PODS_KEEP_FREED_MEMORY"  # "0": leave the allocator as it is
+FUSED_DEVICES = {"cpu", "cuda", "mps"}  # torch's fused AdamW kernels (torch >= 2.4 for cpu)
 
 
 def adamw(params, lr: float, betas: tuple[float, float],
@@ -38,9 +39,6 @@ def adamw(params, lr: float, betas: tuple[float, float],
     fused = bool(params) and kinds <= FUSED_DEVICES and all(p.is_floating_point() for p in params)
     return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay,
                              fused=fused or None)
-
-
-FUSED_DEVICES = {"cpu", "cuda", "mps"}  # torch's fused AdamW kernels (torch >= 2.4 for cpu)
 
 
 def keep_freed_memory() -> bool:
