@@ -19,6 +19,7 @@ source (13 minutes on 2 cores).
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 
@@ -145,7 +146,8 @@ def main() -> None:
 
     folder = resolve("smollm2", None, log=lambda *a: None)
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    path = bf16_gguf(gguf_path("smollm2"), Path(folder) / "bf16.gguf")
+    scratch = tempfile.TemporaryDirectory(prefix="pods-llamacpp-")  # never the model's cache
+    path = bf16_gguf(gguf_path("smollm2"), Path(scratch.name) / "bf16.gguf")
     print(f"# llama.cpp (llama-cpp-python), bf16 GGUF, 2 threads; up to {NEW} new tokens "
           f"at T={T}\n\n| rows | seconds | tokens generated | tokens/s | rows x longest / s |"
           f"\n|---:|---:|---:|---:|---:|")
