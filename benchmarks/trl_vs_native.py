@@ -259,7 +259,7 @@ def main() -> None:
     start, (busy, ours) = time.perf_counter(), cpu_seconds()
     for name, (_, n, m) in setup["methods"].items():
         t = run(name, cli)
-        print(f"| {name} | {P} | {n} | {m} | {t['step']:.3f} | {P * n / t['step']:.0f} | "
+        print(f"| {name} | {P} | {n} | {m} | {t['step']:.3f} | {P * n / t['step']:.2f} | "
               + " | ".join(f"{t[phase]:.3f}" for phase in PHASES)
               + f" | {t['skipped']} |", flush=True)
     wall, (busy_end, ours_end) = time.perf_counter() - start, cpu_seconds()
