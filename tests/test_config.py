@@ -241,16 +241,16 @@ def test_fixed_choices_are_written_once_as_literal_types():
     are that type's arguments, and the flat view reads its choices from it."""
     import typing
 
-    from pods.config import LEAVES, groups
+    from pods.config import LEAVES, fields
     from pods.core.advantages import SCALES
     from pods.core.correction import CORRECTIONS
     from pods.core.loss import NORMS
     from pods.core.selection import SCOPES
 
-    tuples = {"dtype": groups.DTYPES, "mixed_precision": groups.MIXED_PRECISIONS,
-              "parallelism": groups.PARALLELISMS, "lr_schedule": groups.SCHEDULES,
-              "selection": SCOPES, "reward_errors": groups.REWARD_ERRORS,
-              "code_reward": groups.CODE_REWARDS, "loss_norm": NORMS, "adv_scale": SCALES,
+    tuples = {"dtype": fields.DTYPES, "mixed_precision": fields.MIXED_PRECISIONS,
+              "parallelism": fields.PARALLELISMS, "lr_schedule": fields.SCHEDULES,
+              "selection": SCOPES, "reward_errors": fields.REWARD_ERRORS,
+              "code_reward": fields.CODE_REWARDS, "loss_norm": NORMS, "adv_scale": SCALES,
               "is_correction": CORRECTIONS}
     for key, names in tuples.items():
         assert typing.get_origin(LEAVES[key].hint) is typing.Literal, key

@@ -22,16 +22,13 @@ from pods.config.files import (
 from pods.config.groups import (
     CodeConfig,
     EvalConfig,
-    LossConfig,
     MathRewardConfig,
     ModelConfig,
-    OptimConfig,
-    RolloutConfig,
     RunConfig,
-    SelectionConfig,
     TaskConfig,
     TrackingConfig,
 )
+from pods.config.step import LossConfig, OptimConfig, RolloutConfig, SelectionConfig
 from pods.config.train import (
     LEAVES,
     TrainConfig,

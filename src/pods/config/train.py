@@ -1,5 +1,6 @@
-"""``TrainConfig``: the groups of ``pods.config.groups`` together, checked when built; its
-flat keys (``LEAVES``) and the key-based helpers that YAML files and flags use."""
+"""``TrainConfig``: the groups of ``pods.config.groups`` and ``pods.config.step`` together,
+checked when built; its flat keys (``LEAVES``) and the key-based helpers that YAML files
+and flags use."""
 
 from __future__ import annotations
 
@@ -8,19 +9,10 @@ from typing import Any
 
 import pods.config.flat as flat
 from pods.config.checks import problems
+from pods.config.fields import group_field
 from pods.config.flat import Leaf, to_flat
-from pods.config.groups import (
-    EvalConfig,
-    LossConfig,
-    ModelConfig,
-    OptimConfig,
-    RolloutConfig,
-    RunConfig,
-    SelectionConfig,
-    TaskConfig,
-    TrackingConfig,
-    group_field,
-)
+from pods.config.groups import EvalConfig, ModelConfig, RunConfig, TaskConfig, TrackingConfig
+from pods.config.step import LossConfig, OptimConfig, RolloutConfig, SelectionConfig
 
 
 @dataclass(frozen=True)

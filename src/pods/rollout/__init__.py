@@ -20,7 +20,7 @@ import importlib
 
 import torch
 
-from pods.config.groups import RolloutConfig
+from pods.config.step import RolloutConfig
 from pods.rollout.base import Engine, EngineSpec, Rollouts, completion_mask
 from pods.rollout.hf import HFEngine, SamplingRequest, generate
 from pods.rollout.sampling import KeyedSampler, mix32, rollout_keys, sample_keys

@@ -13,7 +13,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from pods.config.groups import RolloutConfig
+from pods.config.step import RolloutConfig
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from pods.config.groups import REWARD_ERRORS
+from pods.config.fields import REWARD_ERRORS
 from pods.tasks.base import Graded
 
 SHOWN = 80  # characters of a prompt or completion quoted in a message

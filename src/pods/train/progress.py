@@ -1,9 +1,12 @@
-"""What a run shows while it trains: the training clock, the progress bar, the curve."""
+"""What a run shows while it trains: the training clock, a step's measurements over the
+ranks, the progress bar."""
 
 from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+
+from pods.runtime.device import peak_memory_mb
 
 
 class Clock:
@@ -22,6 +25,22 @@ class Clock:
             spent = time.perf_counter() - start
             self.phases[f"time/{name}"] = self.phases.get(f"time/{name}", 0.0) + spent
             self.seconds += spent
+
+
+def over_ranks(dist, clock: Clock, device, lengths, scores
+               ) -> tuple[dict[str, float], dict[str, float]]:
+    """A step's per-rank measurements reduced over the ranks: (the clock ("time"), phase
+    times and peak memory of the slowest rank; completion length and reward counts summed).
+    It changes nothing: the step sets its clock from the first."""
+    slowest = dist.reduce({"time": clock.seconds, **clock.phases,
+                           **peak_memory_mb(device)}, "max")
+    summed = dist.reduce({"length": lengths.sum().item(), "rows": lengths.numel(),
+                          "errors": scores.reward_errors, "failures": scores.grading_failures,
+                          "truncated": scores.truncated}, "sum")
+    return slowest, {"rollout/completion_len": summed["length"] / max(summed["rows"], 1),
+                     "rollout/truncated": int(summed["truncated"]),
+                     "rollout/grading_failures": int(summed["failures"]),
+                     "rollout/reward_errors": int(summed["errors"])}
 
 
 class Progress:

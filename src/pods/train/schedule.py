@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from pods.config.groups import SCHEDULES
+from pods.config.fields import SCHEDULES
 
 
 def lr_multiplier(progress: float, schedule: str = "constant", warmup: float = 0.0,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from pods.config.groups import SelectionConfig
+from pods.config.step import SelectionConfig
 from pods.core.selection import Selection, SelectionSpec
 from pods.rollout import Rollouts
 from pods.tasks.scoring import Scores

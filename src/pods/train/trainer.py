@@ -28,7 +28,6 @@ from pods.models.source import check_source
 from pods.rollout import EngineSpec, make_engine, resolve_engine, sample_keys
 from pods.rollout.prompts import fitting_splits, render_prompts
 from pods.runtime import fsdp
-from pods.runtime.device import peak_memory_mb
 from pods.runtime.distributed import Dist, launched_world_size
 from pods.runtime.speed import adamw, keep_freed_memory
 from pods.tasks import get_task
@@ -42,7 +41,7 @@ from pods.train.checkpoint import (
     write_state,
 )
 from pods.train.checks import check
-from pods.train.progress import Clock
+from pods.train.progress import Clock, over_ranks
 from pods.train.sampling import INPUT, Round, assemble, enough, varied
 from pods.train.schedule import budget_progress, lr_multiplier
 from pods.train.selection import Sampled, rank_batch, selection_spec
@@ -187,7 +186,8 @@ class Trainer:
         step_start = self.before_step[0]
         self.step_count += 1
         self.updating, self.before_step = False, None
-        slowest, counts = self._over_ranks(sampled.lengths, sampled.scores)
+        slowest, counts = over_ranks(self.dist, self.clock, self.device,
+                                     sampled.lengths, sampled.scores)
         self.clock.seconds = slowest["time"]  # every rank keeps the slowest rank's clock
         return {"kind": "step", "step": self.step_count, **slowest, **counts,
                 **sampled.metrics, "optim/lr": lr, "optim/skipped": int(not sampled.signal),
@@ -284,21 +284,6 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr
-
-    def _over_ranks(self, lengths, scores) -> tuple[dict[str, float], dict[str, float]]:
-        """This step's per-rank measurements reduced over the ranks: (the clock ("time"),
-        phase times and peak memory of the slowest rank; completion length and reward counts
-        summed). It changes nothing: the step sets its clock from the first."""
-        slowest = self.dist.reduce({"time": self.clock.seconds, **self.clock.phases,
-                                    **peak_memory_mb(self.device)}, "max")
-        summed = self.dist.reduce({"length": lengths.sum().item(), "rows": lengths.numel(),
-                                   "errors": scores.reward_errors,
-                                   "failures": scores.grading_failures,
-                                   "truncated": scores.truncated}, "sum")
-        return slowest, {"rollout/completion_len": summed["length"] / max(summed["rows"], 1),
-                         "rollout/truncated": int(summed["truncated"]),
-                         "rollout/grading_failures": int(summed["failures"]),
-                         "rollout/reward_errors": int(summed["errors"])}
 
 
 def silent(*args, **kwargs) -> None:

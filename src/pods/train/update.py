@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from pods.config.groups import LossConfig, OptimConfig
+from pods.config.step import LossConfig, OptimConfig
 from pods.core.correction import drops_tokens, gap_sums, is_weights
 from pods.core.loss import PolicyLoss, loss_normalizer
 from pods.models.logprobs import completion_logprobs

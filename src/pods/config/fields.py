@@ -1,0 +1,53 @@
+"""The configuration's building blocks: the fixed choices of some fields and the two field
+makers every group uses.
+
+``leaf`` makes a documented, defaulted field: ``help`` is what ``pods train --help`` and
+the configuration reference print; ``key`` (when present) is the field's flat name in YAML
+files and on the command line, where it differs from the attribute name (``model.name`` is
+``model:`` / ``--model``). ``group_field`` nests a group. This module imports nothing from
+pods but pods.core's fixed choices (the loss's), so every component can import the choices
+it implements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Any, Literal, get_args
+
+from pods.core.advantages import Scale
+from pods.core.correction import Correction
+from pods.core.loss import Norm
+from pods.core.selection import Scope
+
+__all__ = ["CODE_REWARDS", "DTYPES", "MIXED_PRECISIONS", "PARALLELISMS", "REWARD_ERRORS",
+           "SCHEDULES", "CodeReward", "Correction", "Dtype", "MixedPrecision", "Norm",
+           "Parallelism", "RewardErrors", "Scale", "Schedule", "Scope", "group_field", "leaf"]
+
+# The fixed choices of some fields, each written once as the field's type (a field typed
+# with one takes only those values: pods.config.flat checks them, and they are the flags'
+# choices); the components that implement them import the tuples. The choices of the pure
+# math are pods.core's (selection scopes, advantage scales, loss normalisations and
+# importance-sampling corrections). (Open registries, which a user may extend, are the
+# components' own: rules in pods.core.downsample, tasks in pods.tasks, engines in
+# pods.rollout, trackers in pods.tracking.)
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+MixedPrecision = Literal["no", "bf16"]
+Parallelism = Literal["ddp", "fsdp2"]
+Schedule = Literal["constant", "linear", "cosine"]
+RewardErrors = Literal["raise", "zero"]
+CodeReward = Literal["fraction", "all"]
+DTYPES: tuple[str, ...] = get_args(Dtype)
+MIXED_PRECISIONS: tuple[str, ...] = get_args(MixedPrecision)
+PARALLELISMS: tuple[str, ...] = get_args(Parallelism)
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
+REWARD_ERRORS: tuple[str, ...] = get_args(RewardErrors)
+CODE_REWARDS: tuple[str, ...] = get_args(CodeReward)
+
+
+def leaf(default: Any, help: str, key: str | None = None) -> Any:
+    metadata = {"help": help} if key is None else {"help": help, "key": key}
+    return field(default=default, metadata=metadata)
+
+
+def group_field(cls: type, help: str) -> Any:
+    return field(default_factory=cls, metadata={"help": help})
