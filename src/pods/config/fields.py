@@ -5,23 +5,14 @@ makers every group uses.
 the configuration reference print; ``key`` (when present) is the field's flat name in YAML
 files and on the command line, where it differs from the attribute name (``model.name`` is
 ``model:`` / ``--model``). ``group_field`` nests a group. This module imports nothing from
-pods but pods.core's fixed choices (the loss's), so every component can import the choices
-it implements.
+pods, so every component can import the choices it implements (those of the pure math,
+the loss's and the selection's, are pods.core's own).
 """
 
 from __future__ import annotations
 
 from dataclasses import field
 from typing import Any, Literal, get_args
-
-from pods.core.advantages import Scale
-from pods.core.correction import Correction
-from pods.core.loss import Norm
-from pods.core.selection import Scope
-
-__all__ = ["CODE_REWARDS", "DTYPES", "MIXED_PRECISIONS", "PARALLELISMS", "REWARD_ERRORS",
-           "SCHEDULES", "CodeReward", "Correction", "Dtype", "MixedPrecision", "Norm",
-           "Parallelism", "RewardErrors", "Scale", "Schedule", "Scope", "group_field", "leaf"]
 
 # The fixed choices of some fields, each written once as the field's type (a field typed
 # with one takes only those values: pods.config.flat checks them, and they are the flags'

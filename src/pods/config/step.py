@@ -12,7 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pods.config.fields import Correction, Norm, Scale, Schedule, Scope, leaf
+from pods.config.fields import Schedule, leaf
+from pods.core.advantages import Scale
+from pods.core.correction import Correction
+from pods.core.loss import Norm
+from pods.core.selection import Scope
 
 
 @dataclass(frozen=True)
