@@ -26,6 +26,7 @@ from runs import flat
     (dict(selection="batch", n=16, max_kept_per_group=17), "from 2 to n=16"),
     (dict(m=0), "m=0 must be at least 1"),
     (dict(eval_offset=-1), r"eval_offset=-1 must be >= 0"),
+    (dict(keep_checkpoints=0), r"keep_checkpoints=0 must be >= 1"),
     (dict(n=8, m=4, adv_group_size=2), r"adv_group_size=2 .* needs m = n \(got m=4, n=8\)"),
     (dict(n=8, m=8, adv_group_size=3), "n a multiple of it"),
     (dict(max_steps=None, max_time=None), "no budget"),

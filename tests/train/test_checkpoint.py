@@ -2,10 +2,10 @@
 streams that resume where they were."""
 
 import numpy as np
+import pytest
 import torch
 
 from pods.runs.checkpoints import (
-    KEEP,
     complete_checkpoints,
     latest_checkpoint,
     publish_checkpoint,
@@ -23,23 +23,32 @@ class Saved:
         (path / "weights").write_text("w")
 
 
-def write(run, step):
+def write(run, step, keep=2):
     folder = start_checkpoint(run, step)
     write_model(folder, Saved(), Saved())
     write_state(folder, {"step": step})
-    return publish_checkpoint(run, step)
+    return publish_checkpoint(run, step, keep)
 
 
 def test_checkpoints_are_published_whole_and_the_two_newest_kept(tmp_path):
     assert latest_checkpoint(tmp_path) is None and complete_checkpoints(tmp_path) == []
     paths = [write(tmp_path, step) for step in (1, 2, 3)]
-    assert KEEP == 2
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*")) == \
         ["step_000002", "step_000003"]
     assert latest_checkpoint(tmp_path) == paths[-1]
     assert torch.load(paths[-1] / "state.pt") == {"step": 3}
     assert (paths[-1] / "model" / "weights").is_file()
     assert latest_checkpoint(paths[-1]) == paths[-1]  # a checkpoint folder is its own
+
+
+def test_keep_one_leaves_only_the_newest_and_keep_zero_is_refused(tmp_path):
+    for step in (1, 2, 3):
+        write(tmp_path, step, keep=1)
+    assert [p.name for p in complete_checkpoints(tmp_path)] == ["step_000003"]
+    start_checkpoint(tmp_path, 4)
+    with pytest.raises(ValueError, match="keep=0"):
+        publish_checkpoint(tmp_path, 4, 0)
+    assert latest_checkpoint(tmp_path).name == "step_000003"  # nothing lost
 
 
 def test_a_staging_folder_left_by_a_kill_is_not_a_checkpoint(tmp_path):

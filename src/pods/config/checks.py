@@ -89,6 +89,9 @@ def _budget(c: Config) -> Iterator[str]:
         value = get(c, key)
         if value is not None and value <= 0:
             yield f"{key}={value} must be positive (or None for no limit)."
+    if c.run.keep_checkpoints < 1:
+        yield f"keep_checkpoints={c.run.keep_checkpoints} must be >= 1: a run keeps at least " \
+              f"its newest checkpoint (the one a resume and `pods eval` read)."
     if c.eval.offset < 0:
         yield f"eval_offset={c.eval.offset} must be >= 0 (test problems skipped)."
     for key in ("eval_every", "checkpoint_every", "lr", "temperature", "clip_eps",

@@ -17,7 +17,7 @@ Layout of a run folder:
 
 A checkpoint is written under a temporary name and renamed when complete, and ``latest`` is
 replaced atomically, so a hard kill at any moment leaves the previous checkpoint loadable.
-The two newest checkpoints are kept.
+The ``keep`` newest checkpoints are kept (``keep_checkpoints``, two by default).
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-KEEP = 2
 
 
 def staging_dir(run_dir: Path, step: int) -> Path:
@@ -44,10 +42,12 @@ def start_checkpoint(run_dir: Path, step: int) -> Path:
     return tmp
 
 
-def publish_checkpoint(run_dir: Path, step: int) -> Path:
+def publish_checkpoint(run_dir: Path, step: int, keep: int) -> Path:
     """Rename the staged checkpoint ``step`` (written by the trainer: ``Trainer.save``) into
-    place, point ``latest`` at it and drop the older ones. Atomic: a kill at any moment
-    leaves the previous checkpoint or this one complete."""
+    place, point ``latest`` at it and drop all but the ``keep`` newest. Atomic: a kill at any
+    moment leaves the previous checkpoint or this one complete."""
+    if keep < 1:
+        raise ValueError(f"keep={keep}: a run keeps at least its newest checkpoint.")
     root, tmp = run_dir / "checkpoints", staging_dir(run_dir, step)
     final = root / f"step_{step:06d}"
     shutil.rmtree(final, ignore_errors=True)
@@ -55,7 +55,7 @@ def publish_checkpoint(run_dir: Path, step: int) -> Path:
     pointer = root / ".latest.tmp"
     pointer.write_text(final.name)
     os.replace(pointer, root / "latest")
-    for old in [*sorted(root.glob("step_*"))[:-KEEP], *root.glob(".tmp_step_*")]:
+    for old in [*sorted(root.glob("step_*"))[:-keep], *root.glob(".tmp_step_*")]:
         shutil.rmtree(old, ignore_errors=True)  # old ones; staging left by a kill
     return final
 

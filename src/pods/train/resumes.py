@@ -34,6 +34,7 @@ from pods.config import TrainConfig, from_dict, load_run_config
 MAY_CHANGE = {
     "max_steps": "budget", "max_time": "budget",
     "eval_every": "cadence", "checkpoint_every": "cadence",
+    "keep_checkpoints": "cadence",
     "report_to": "tracking", "tracker_project": "tracking", "tracker_group": "tracking",
     "progress": "logging",
     "device": "where it runs", "dist_timeout": "where it runs",

@@ -201,7 +201,8 @@ class Run:
                 save_yaml(self.cfg, start_checkpoint(self.run_dir, step) / "config.yaml")
             dist.barrier()
             self.t.save(staging, schedule)
-            path = publish_checkpoint(self.run_dir, step) if dist.is_main else None
+            path = publish_checkpoint(self.run_dir, step, self.cfg.run.keep_checkpoints) \
+                if dist.is_main else None
         except WRITE_ERRORS as error:  # a full disk, say: drop the partial copy, keep the last
             shutil.rmtree(staging, ignore_errors=True)
             why = getattr(error, "strerror", None) or f"{type(error).__name__}: {error}"
