@@ -10,7 +10,7 @@ import pytest
 import yaml
 from comparison_runs import write_run, write_spec
 
-from pods.experiments.summary import aggregate_curves, summarize
+from pods.experiments.summary import aggregate_curves, markdown_table, summarize
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -134,7 +134,18 @@ def test_summary_speedup_worked_numbers(tmp_path, capsys):
     assert ("| slow | 1 | 75.0 | 40.0 (last eval) | never | never (1 seed: no CI) | never | "
             "never (1 seed: no CI) | 0.50 (1 seed: no CI) | +5.0 (1 seed, 1 higher) | 75.0 |"
             ) in table
-    assert table in capsys.readouterr().out
+    assert table.startswith(markdown_table(list(rows.values())))
+    assert markdown_table(list(rows.values())) in capsys.readouterr().out
+    # each run on a line: evaluation i headed by the median of the runs' i-th eval times
+    # (eval 1 at 10, 10, 8, 8, 20 s: 10), then steps, training s / steps, completion tokens
+    assert table.split("## Each run\n\n")[1] == (
+        "| variant | seed | 0 s | 10 s | 20 s | 30 s | steps | s/step | completion tokens "
+        "(last 10 steps) |\n|---|---|---|---|---|---|---|---|---|\n"
+        "| grpo | 0 | 50.0 | 60.0 | 80.0 | 70.0 | 10 | 3.0 | - |\n"
+        "| grpo | 1 | 50.0 | 80.0 | 60.0 | 90.0 | 12 | 2.5 | - |\n"
+        "| pods | 0 | 50.0 | 90.0 | 90.0 | - | 4 | 4.0 | - |\n"
+        "| pods | 1 | 50.0 | 70.0 | 90.0 | - | 4 | 4.0 | 7 |\n"
+        "| slow | 0 | 50.0 | 60.0 | 75.0 | - | - | - | - |\n")
     png = (tmp_path / "curves.png").read_bytes()
     assert png.startswith(PNG) and len(png) > 5000
     seeds = (tmp_path / "seeds.png").read_bytes()  # each seed of each variant

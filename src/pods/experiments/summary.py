@@ -1,5 +1,6 @@
 """A comparison's summary: mean accuracy curves over seeds, speed-ups over the baselines, the
-per-step phase times that explain them; written as summary.json, summary.md and curves.png.
+per-step phase times that explain them, and each run's evaluations; written as summary.json,
+summary.md and curves.png.
 
 Protocol (the paper, arXiv 2504.13818, and its official code): a run's accuracy is a step
 function of training time (the last evaluation at or before t); a variant's curve is the
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from pods.experiments.each_run import each_run_table
 from pods.experiments.intervals import (
     Seeds,
     on_common_grid,
@@ -157,7 +159,7 @@ def summarize(out_dir: str | Path) -> list[dict[str, Any]]:
         rows.append({**_row(name, curve), **{TOP[k]: first.get(k) for k in TOP}, "vs": vs})
     (out_dir / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
     table = markdown_table(rows)
-    (out_dir / "summary.md").write_text(table)
+    (out_dir / "summary.md").write_text(f"{table}\n## Each run\n\n{each_run_table(runs)}")
     plot_compare({n: c.plain() for n, c in curves.items()}, out_dir / "curves.png",
                  baseline=baselines[0] if baselines else None,
                  step_curves={n: _curve(runs[n], by_step[n]).plain() for n in runs})
