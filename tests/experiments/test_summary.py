@@ -38,15 +38,19 @@ def test_step_function_grid_mean_and_sem(tmp_path):
     np.testing.assert_array_equal(b.sem, [0.0, 0.0])  # one seed: no spread
 
 
-def test_truncated_last_line_and_runs_without_evals_are_ignored(tmp_path, capsys):
-    run = write_run(tmp_path / "a" / "seed0", [(0, 0.2), (10, 0.4)], done=False)
+def test_unfinished_runs_and_runs_without_evals_are_left_out(tmp_path, capsys):
+    write_run(tmp_path / "a" / "seed0", [(0, 0.2), (10, 0.4)])
+    run = write_run(tmp_path / "a" / "seed1", [(0, 0.9)], done=False)  # still running
     with (run / "metrics.jsonl").open("a") as f:
-        f.write('{"kind": "eval", "step": 2, "time": 20, "eval/acc')  # killed mid-write
-    write_run(tmp_path / "a" / "seed1", [], done=False)  # started, nothing evaluated yet
+        f.write('{"kind": "eval", "step": 1, "time": 5, "eval/acc')  # killed mid-write
+    write_run(tmp_path / "a" / "seed2", [], done=False)  # started, nothing evaluated yet
+    write_run(tmp_path / "a" / "seed3", [])  # finished without an evaluation
     a = aggregate_curves(tmp_path)["a"]
-    np.testing.assert_array_equal(a.times, [0, 10])
+    np.testing.assert_array_equal(a.times, [0, 10])  # seed1 would cut the grid to [0]
     np.testing.assert_allclose(a.mean, [0.2, 0.4])
-    assert a.seeds == 1 and "no eval records yet" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert a.seeds == 1 and "no eval records yet" in out and "seed3" in out
+    assert out.count('not finished (no "done" record), left out') == 2
 
 
 def make_comparison(tmp_path: Path) -> Path:

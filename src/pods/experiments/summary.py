@@ -72,11 +72,17 @@ def aggregate_curves(out_dir: str | Path, x: str = "time") -> dict[str, Curve]:
 
 
 def load_runs(out_dir: str | Path) -> dict[str, Runs]:
-    """Each variant folder's runs that have eval records, seeds in numeric order."""
+    """Each variant folder's finished runs that have eval records, seeds in numeric order. A
+    run in progress or interrupted (no "done" record) is left out, with a printed line: its
+    curve is shorter than the budget, and would cut every mean to its length."""
     found = {}
     for variant in sorted(p for p in Path(out_dir).iterdir() if p.is_dir()):
         runs = []
         for metrics in sorted(variant.glob("seed*/metrics.jsonl"), key=_seed_order):
+            if not read_metrics(metrics, "done"):
+                print(f"{metrics.parent}: not finished (no \"done\" record), left out; "
+                      "running `pods compare` again goes on with it.")
+                continue
             evals = [r for r in read_metrics(metrics, "eval") if "eval/accuracy" in r]
             if evals:
                 runs.append((metrics.parent, evals))
