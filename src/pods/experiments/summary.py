@@ -125,7 +125,7 @@ TOP = {"time_to_peak": "time_to_baseline_peak", "speedup": "speedup",
 
 
 def summarize(out_dir: str | Path) -> list[dict[str, Any]]:
-    """Write summary.json, summary.md and curves.png for a comparison folder; print the table.
+    """Write summary.json, summary.md and curves.png for a comparison folder; print summary.md.
 
     Rows in the spec's variant order; times are training seconds, accuracies in [0, 1]. The
     ``vs`` entry holds, per baseline by name, the time and optimizer steps to its peak, the
@@ -164,15 +164,15 @@ def summarize(out_dir: str | Path) -> list[dict[str, Any]]:
         first = vs[baselines[0]] if baselines else {}
         rows.append({**_row(name, curve), **{TOP[k]: first.get(k) for k in TOP}, "vs": vs})
     (out_dir / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
-    table = markdown_table(rows)
-    (out_dir / "summary.md").write_text(f"{table}\n## Each run\n\n{each_run_table(runs)}")
+    text = f"{markdown_table(rows)}\n## Each run\n\n{each_run_table(runs)}"
+    (out_dir / "summary.md").write_text(text)
     plot_compare({n: c.plain() for n, c in curves.items()}, out_dir / "curves.png",
                  baseline=baselines[0] if baselines else None,
                  step_curves={n: _curve(runs[n], by_step[n]).plain() for n in runs})
     plot_seeds({n: [(run.name, [r["time"] for r in evals], [r["eval/accuracy"] for r in evals])
                     for run, evals in variant_runs] for n, variant_runs in runs.items()},
                out_dir / "seeds.png")
-    print(table, end="")
+    print(text, end="")
     return rows
 
 
