@@ -4,15 +4,15 @@ reader can check a summary run by run; summary.md gives them under "Each run".""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from pods.runs.metrics import read_metrics
 
-# a variant's run folders with their eval records, as pods.experiments.summary loads them
-Runs = Sequence[tuple[Path, list[dict]]]
+# a variant's run folders with their eval records (pods.experiments.summary.load_runs)
+Runs = list[tuple[Path, list[dict]]]
 
 LAST = 10  # steps over which the completion length at the end is averaged
 

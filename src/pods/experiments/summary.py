@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from pods.experiments.each_run import each_run_table
+from pods.experiments.each_run import Runs, each_run_table
 from pods.experiments.intervals import (
     Seeds,
     on_common_grid,
@@ -55,9 +55,6 @@ class Curve:
                 "sem": self.sem.tolist(), "seeds": self.seeds}
 
 
-Runs = list[tuple[Path, list[dict]]]  # a variant's run folders with their eval records
-
-
 def aggregate_curves(out_dir: str | Path, x: str = "time") -> dict[str, Curve]:
     """One Curve per variant folder (a subfolder with ``seed*/metrics.jsonl``), by name.
 
@@ -79,11 +76,12 @@ def load_runs(out_dir: str | Path) -> dict[str, Runs]:
     for variant in sorted(p for p in Path(out_dir).iterdir() if p.is_dir()):
         runs = []
         for metrics in sorted(variant.glob("seed*/metrics.jsonl"), key=_seed_order):
-            if not read_metrics(metrics, "done"):
+            records = read_metrics(metrics)
+            if not any(r.get("kind") == "done" for r in records):
                 print(f"{metrics.parent}: not finished (no \"done\" record), left out; "
                       "running `pods compare` again goes on with it.")
                 continue
-            evals = [r for r in read_metrics(metrics, "eval") if "eval/accuracy" in r]
+            evals = [r for r in records if r.get("kind") == "eval" and "eval/accuracy" in r]
             if evals:
                 runs.append((metrics.parent, evals))
             else:
