@@ -111,7 +111,7 @@ def test_paired_difference_over_the_shared_seeds():
 
 
 def test_a_bound_near_one_keeps_its_digits():
-    from pods.experiments.summary import _bound
+    from pods.experiments.tables import _bound
 
     assert (_bound(0.998), _bound(1.004), _bound(1.0), _bound(2.971)) == \
         ("0.9980", "1.0040", "1.00", "2.97")

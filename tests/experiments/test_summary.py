@@ -10,7 +10,8 @@ import pytest
 import yaml
 from comparison_runs import write_run, write_spec
 
-from pods.experiments.summary import aggregate_curves, markdown_table, summarize
+from pods.experiments.summary import aggregate_curves, summarize
+from pods.experiments.tables import markdown_table
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

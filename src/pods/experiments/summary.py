@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 import yaml
 
-from pods.experiments.each_run import Runs, each_run_table
 from pods.experiments.intervals import (
     Seeds,
     on_common_grid,
@@ -33,7 +32,8 @@ from pods.experiments.intervals import (
     versus,
 )
 from pods.experiments.plots import plot_compare, plot_seeds
-from pods.runs.metrics import read_metrics
+from pods.experiments.run_records import Runs, load_runs
+from pods.experiments.tables import each_run_table, markdown_table
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,49 +68,21 @@ def aggregate_curves(out_dir: str | Path, x: str = "time") -> dict[str, Curve]:
     return {name: _curve(runs, seeds_of(runs, x)) for name, runs in load_runs(out_dir).items()}
 
 
-def load_runs(out_dir: str | Path) -> dict[str, Runs]:
-    """Each variant folder's finished runs that have eval records, seeds in numeric order. A
-    run in progress or interrupted (no "done" record) is left out, with a printed line: its
-    curve is shorter than the budget, and would cut every mean to its length."""
-    found = {}
-    for variant in sorted(p for p in Path(out_dir).iterdir() if p.is_dir()):
-        runs = []
-        for metrics in sorted(variant.glob("seed*/metrics.jsonl"), key=_seed_order):
-            records = read_metrics(metrics)
-            if not any(r.get("kind") == "done" for r in records):
-                print(f"{metrics.parent}: not finished (no \"done\" record), left out; "
-                      "running `pods compare` again goes on with it.")
-                continue
-            evals = [r for r in records if r.get("kind") == "eval" and "eval/accuracy" in r]
-            if evals:
-                runs.append((metrics.parent, evals))
-            else:
-                print(f"{metrics.parent}: no eval records yet, left out.")
-        if runs:
-            found[variant.name] = runs
-    return found
-
-
-def _seed_order(metrics: Path) -> tuple[int, str]:
-    digits = metrics.parent.name.removeprefix("seed")  # seed10 after seed2
-    return (int(digits) if digits.isdigit() else -1, metrics.parent.name)
-
-
 def seeds_of(runs: Runs, x: str = "time") -> Seeds:
     """A variant's runs as step functions of accuracy against record field ``x``."""
-    return step_functions([([r[x] for r in evals], [r["eval/accuracy"] for r in evals])
-                           for _, evals in runs])
+    return step_functions([([r[x] for r in run.evals], [r["eval/accuracy"] for r in run.evals])
+                           for run in runs])
 
 
 def _curve(runs: Runs, seeds: Seeds) -> Curve:
     try:
         times, values = on_common_grid(seeds.times, seeds.values)  # [G], [k, G]
     except ValueError as e:
-        raise ValueError(f"runs {', '.join(str(r) for r, _ in runs)}: {e}") from None
+        raise ValueError(f"runs {', '.join(str(run.path) for run in runs)}: {e}") from None
     k = seeds.k
     sem = values.std(axis=0, ddof=1) / np.sqrt(k) if k > 1 else np.zeros(len(times))
     return Curve(times=times, mean=values.mean(axis=0), sem=sem, seeds=k,
-                 runs=[run for run, _ in runs], final=seeds.final)
+                 runs=[run.path for run in runs], final=seeds.final)
 
 
 # the first baseline's figures, repeated at the top of each row under these names
@@ -151,8 +123,8 @@ def summarize(out_dir: str | Path) -> list[dict[str, Any]]:
             baselines.append(name)
         else:
             print(f"baseline {name!r} has no eval records yet: no speed-ups over it.")
-    ends = {n: {run.name: evals[-1]["eval/accuracy"] for run, evals in r}
-            for n, r in runs.items()}  # each run's end accuracy by seed folder name
+    ends = {n: {run.seed: run.evals[-1]["eval/accuracy"] for run in r}
+            for n, r in runs.items()}  # each run's end accuracy by seed
     rows = []
     for name, curve in curves.items():
         vs = {base: (versus(by_time[name], by_time[base], by_step[name], by_step[base])
@@ -160,15 +132,17 @@ def summarize(out_dir: str | Path) -> list[dict[str, Any]]:
                      if base != name else _itself(by_time[name], by_step[name]))
               for base in baselines}
         first = vs[baselines[0]] if baselines else {}
-        rows.append({**_row(name, curve), **{TOP[k]: first.get(k) for k in TOP}, "vs": vs})
+        rows.append({**_row(name, curve, runs[name]), **{TOP[k]: first.get(k) for k in TOP},
+                     "vs": vs})
     (out_dir / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
     text = f"{markdown_table(rows)}\n## Each run\n\n{each_run_table(runs)}"
     (out_dir / "summary.md").write_text(text)
     plot_compare({n: c.plain() for n, c in curves.items()}, out_dir / "curves.png",
                  baseline=baselines[0] if baselines else None,
                  step_curves={n: _curve(runs[n], by_step[n]).plain() for n in runs})
-    plot_seeds({n: [(run.name, [r["time"] for r in evals], [r["eval/accuracy"] for r in evals])
-                    for run, evals in variant_runs] for n, variant_runs in runs.items()},
+    plot_seeds({n: [(run.path.name, [r["time"] for r in run.evals],
+                     [r["eval/accuracy"] for r in run.evals]) for run in variant_runs]
+                for n, variant_runs in runs.items()},
                out_dir / "seeds.png")
     print(text, end="")
     return rows
@@ -193,10 +167,10 @@ def baseline_names(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list | tuple) else [str(value)]
 
 
-def _row(name: str, curve: Curve) -> dict[str, Any]:
+def _row(name: str, curve: Curve, runs: Runs) -> dict[str, Any]:
     peak = int(np.argmax(curve.mean))  # the first grid time at the peak
-    steps = [read_metrics(run / "metrics.jsonl", "step") for run in curve.runs]
-    per_step = [s[-1]["time"] / s[-1]["step"] for s in steps if s and s[-1].get("step")]
+    steps = [run.steps for run in runs]
+    per_step = [s for s in (run.sec_per_step() for run in runs) if s is not None]
     return {
         "variant": name, "seeds": curve.seeds,
         "peak_acc": float(curve.mean[peak]), "time_to_peak": float(curve.times[peak]),
@@ -226,80 +200,3 @@ def _mean_of(steps: list[list[dict]], key: str) -> float | None:
 def _max_of(steps: list[list[dict]], key: str) -> float | None:
     values = _values(steps, key)
     return float(max(values)) if values else None
-
-
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """The summary as a markdown table: accuracies in %, times in seconds; per baseline B the
-    time to B's peak, the speed-up over B, the optimizer steps to B's peak and the steps
-    ratio (each ratio with its 95% interval over seeds and verdict), and the probability
-    of ending above B."""
-    baselines = list(rows[0].get("vs") or {}) if rows else []
-    head = ["variant", "seeds", "peak acc (%)", "time to peak (s)"]
-    for base in baselines:
-        head += [f"time to {base} peak (s)", f"speed-up vs {base} [95% CI]",
-                 f"steps to {base} peak", f"steps ratio vs {base} [95% CI]",
-                 f"P(end above {base}) [95% CI]",
-                 f"end acc - {base}, paired by seed (points) [95% CI]"]
-    head += ["final acc (%)", "s/step", "generate s/step", "update s/step",
-             "completion len (tokens)", "peak RSS (MB)", "peak GPU (MB)"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [r["variant"], str(r["seeds"]), _num(100 * r["peak_acc"], ".1f"),
-                 _num(r["time_to_peak"], ".1f") + (" (last eval)" if r.get("peak_at_last_eval")
-                                                   else "")]
-        for base in baselines:
-            v = r["vs"][base]
-            cells += [_num(v["time_to_peak"], ".1f", "never"),
-                      _ratio_cell(v, "time_to_peak", "speedup", "verdict"),
-                      _num(v["steps_to_peak"], ".0f", "never"),
-                      _ratio_cell(v, "steps_to_peak", "steps_ratio", "steps_verdict"),
-                      _num(v["p_better_at_end"], ".2f") + _ci(v, "p_better_at_end_ci95"),
-                      _paired_cell(v)]
-        cells += [_num(100 * r["final_acc"], ".1f"), _num(r["sec_per_step"], ".3f"),
-                  _num(r["generate_sec"], ".3f"), _num(r["update_sec"], ".3f"),
-                  _num(r.get("completion_len"), ".1f"), _num(r["peak_mem_mb"], ".0f"),
-                  _num(r["peak_gpu_mb"], ".0f")]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _num(x: float | None, fmt: str, none: str = "-") -> str:
-    return none if x is None else format(x, fmt)
-
-
-def _ratio_cell(v: dict[str, Any], reach: str, ratio: str, verdict: str) -> str:
-    """"2.10x [1.40, 3.00] faster"; "never" or "n/a" (a zero time) without an estimate."""
-    if v[reach] is not None and v[ratio] is None:
-        return "n/a"
-    text = "never" if v[reach] is None else f"{v[ratio]:.2f}x"
-    return text + _ci(v, f"{ratio}_ci95") + (f" {v[verdict]}" if v[verdict] else "")
-
-
-def _ci(v: dict[str, Any], key: str) -> str:
-    """" [lo, hi]" ("inf" for an unbounded end); " (1 seed: no CI)" when a side has one
-    seed; nothing for the baseline against itself."""
-    ci = v[key]
-    if ci is not None:
-        return " [" + ", ".join("inf" if x is None else _bound(x) for x in ci) + "]"
-    if v["p_better_at_end"] is not None and min(v["seeds_variant"], v["seeds_baseline"]) < 2:
-        return " (1 seed: no CI)"
-    return ""
-
-
-def _bound(x: float) -> str:
-    """An interval's end to 2 decimals, or 4 where 2 would print 1.00 for a bound that is
-    not 1 (then whether the interval holds 1 can be read)."""
-    text = f"{x:.2f}"
-    return f"{x:.4f}" if text == "1.00" and x != 1 else text
-
-
-def _paired_cell(v: dict[str, Any]) -> str:
-    """"+10.0 [-3.2, 23.2] (5 seeds, 4 higher)"; "-" against itself or with no seed in
-    common."""
-    if v.get("paired_diff") is None:
-        return "-"
-    ci = v["paired_diff_ci95"]
-    band = "" if ci is None else f" [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
-    k = v["paired_seeds"]
-    return f"{100 * v['paired_diff']:+.1f}{band} ({k} seed{'s' if k > 1 else ''}, " \
-           f"{v['paired_wins']} higher)"

@@ -1,0 +1,129 @@
+"""A comparison's summary as markdown: the main table (one row per variant: peak and final
+accuracy, speed-ups over each baseline with 95% intervals and verdicts, paired differences
+by seed, phase times) and "Each run" (one row per run: its accuracy at every evaluation, the
+steps it made, its seconds per step), the figures behind the mean curves, so a reader can
+check a summary run by run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from pods.experiments.run_records import Run, Runs
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """The summary as a markdown table: accuracies in %, times in seconds; per baseline B the
+    time to B's peak, the speed-up over B, the optimizer steps to B's peak and the steps
+    ratio (each ratio with its 95% interval over seeds and verdict), and the probability
+    of ending above B."""
+    baselines = list(rows[0].get("vs") or {}) if rows else []
+    head = ["variant", "seeds", "peak acc (%)", "time to peak (s)"]
+    for base in baselines:
+        head += [f"time to {base} peak (s)", f"speed-up vs {base} [95% CI]",
+                 f"steps to {base} peak", f"steps ratio vs {base} [95% CI]",
+                 f"P(end above {base}) [95% CI]",
+                 f"end acc - {base}, paired by seed (points) [95% CI]"]
+    head += ["final acc (%)", "s/step", "generate s/step", "update s/step",
+             "completion len (tokens)", "peak RSS (MB)", "peak GPU (MB)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["variant"], str(r["seeds"]), _num(100 * r["peak_acc"], ".1f"),
+                 _num(r["time_to_peak"], ".1f") + (" (last eval)" if r.get("peak_at_last_eval")
+                                                   else "")]
+        for base in baselines:
+            v = r["vs"][base]
+            cells += [_num(v["time_to_peak"], ".1f", "never"),
+                      _ratio_cell(v, "time_to_peak", "speedup", "verdict"),
+                      _num(v["steps_to_peak"], ".0f", "never"),
+                      _ratio_cell(v, "steps_to_peak", "steps_ratio", "steps_verdict"),
+                      _num(v["p_better_at_end"], ".2f") + _ci(v, "p_better_at_end_ci95"),
+                      _paired_cell(v)]
+        cells += [_num(100 * r["final_acc"], ".1f"), _num(r["sec_per_step"], ".3f"),
+                  _num(r["generate_sec"], ".3f"), _num(r["update_sec"], ".3f"),
+                  _num(r.get("completion_len"), ".1f"), _num(r["peak_mem_mb"], ".0f"),
+                  _num(r["peak_gpu_mb"], ".0f")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _num(x: float | None, fmt: str, none: str = "-") -> str:
+    return none if x is None else format(x, fmt)
+
+
+def _ratio_cell(v: dict[str, Any], reach: str, ratio: str, verdict: str) -> str:
+    """"2.10x [1.40, 3.00] faster"; "never" or "n/a" (a zero time) without an estimate."""
+    if v[reach] is not None and v[ratio] is None:
+        return "n/a"
+    text = "never" if v[reach] is None else f"{v[ratio]:.2f}x"
+    return text + _ci(v, f"{ratio}_ci95") + (f" {v[verdict]}" if v[verdict] else "")
+
+
+def _ci(v: dict[str, Any], key: str) -> str:
+    """" [lo, hi]" ("inf" for an unbounded end); " (1 seed: no CI)" when a side has one
+    seed; nothing for the baseline against itself."""
+    ci = v[key]
+    if ci is not None:
+        return " [" + ", ".join("inf" if x is None else _bound(x) for x in ci) + "]"
+    if v["p_better_at_end"] is not None and min(v["seeds_variant"], v["seeds_baseline"]) < 2:
+        return " (1 seed: no CI)"
+    return ""
+
+
+def _bound(x: float) -> str:
+    """An interval's end to 2 decimals, or 4 where 2 would print 1.00 for a bound that is
+    not 1 (then whether the interval holds 1 can be read)."""
+    text = f"{x:.2f}"
+    return f"{x:.4f}" if text == "1.00" and x != 1 else text
+
+
+def _paired_cell(v: dict[str, Any]) -> str:
+    """"+10.0 [-3.2, 23.2] (5 seeds, 4 higher)"; "-" against itself or with no seed in
+    common."""
+    if v.get("paired_diff") is None:
+        return "-"
+    ci = v["paired_diff_ci95"]
+    band = "" if ci is None else f" [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
+    k = v["paired_seeds"]
+    return f"{100 * v['paired_diff']:+.1f}{band} ({k} seed{'s' if k > 1 else ''}, " \
+           f"{v['paired_wins']} higher)"
+
+
+LAST = 10  # steps over which the completion length at the end is averaged
+
+
+def each_run_table(variants: Mapping[str, Runs]) -> str:
+    """A markdown table, one row per run, variants in the order given and seeds as loaded.
+
+    Evaluation i is column i; its header is the median training time of evaluation i over
+    the runs that have it (runs evaluate at the first step past each mark, so their times
+    differ by a step or so); a run with fewer evaluations has "-" there. Then the optimizer
+    steps made, the mean seconds per step (training time / steps) and the mean completion
+    length over the last ``LAST`` steps.
+    """
+    evals = [run.evals for runs in variants.values() for run in runs]
+    width = max(len(e) for e in evals)
+    marks = [float(np.median([e[i]["time"] for e in evals if len(e) > i])) for i in range(width)]
+    head = ["variant", "seed", *(f"{t:.0f} s" for t in marks), "steps", "s/step",
+            f"completion tokens (last {LAST} steps)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, runs in variants.items():
+        for run in runs:
+            accs = [f"{100 * r['eval/accuracy']:.1f}" for r in run.evals]
+            lines.append("| " + " | ".join([name, run.seed, *accs,
+                                            *["-"] * (width - len(accs)), *_steps(run)]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _steps(run: Run) -> list[str]:
+    """Steps made, seconds per step and the completion length at the end; "-" without step
+    records."""
+    per_step = run.sec_per_step()
+    if per_step is None:
+        return ["-", "-", "-"]
+    lengths = [r["rollout/completion_len"] for r in run.steps[-LAST:]
+               if r.get("rollout/completion_len") is not None]
+    return [str(run.steps[-1]["step"]), f"{per_step:.1f}",
+            f"{np.mean(lengths):.0f}" if lengths else "-"]
