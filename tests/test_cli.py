@@ -217,8 +217,12 @@ def test_ctrl_c_then_resume_equals_an_uninterrupted_run(tiny_model_dir, tmp_path
         sys.path.remove(str(tmp_path))
     runs = [tmp_path / "whole", tmp_path / "part"]
     rewards = [[json.loads(line).get("rollout/reward_mean") for line in
-                (run / "metrics.jsonl").read_text().splitlines()] for run in runs]
+                (run / "metrics.jsonl").read_text().splitlines()
+                if '"kind": "machine"' not in line] for run in runs]  # part: one per start
     assert rewards[0] == rewards[1]
+    kinds = [[json.loads(line)["kind"] for line in (run / "metrics.jsonl").read_text()
+              .splitlines()] for run in runs]
+    assert (kinds[0].count("machine"), kinds[1].count("machine")) == (1, 2)  # + the resume
     a, b = (weights(run / "checkpoints" / f"step_{steps:06d}" / "model") for run in runs)
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6)

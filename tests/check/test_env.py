@@ -12,8 +12,10 @@ from pods.sandbox.isolation import MODES, reset_probes
 
 def test_report_has_every_key():
     info = env.collect()
-    assert set(info) == {"pods", "python", "platform", "torch", "packages", "sandbox",
+    assert set(info) == {"pods", "python", "platform", "torch", "cpu", "packages", "sandbox",
                          "sandbox_memory"}
+    from pods.runtime.machine import host
+    assert info["cpu"] == host()  # what each run records of its host
     from pods.sandbox.cgroup import bound
     assert info["sandbox_memory"] == bound()  # a cgroup per sandbox, or one process
     assert info["pods"]["version"]
@@ -21,7 +23,7 @@ def test_report_has_every_key():
     assert info["packages"]["transformers"] == metadata.version("transformers")
     assert set(info["sandbox"]) == set(MODES)
     text = env.render(info)
-    for label in ["pods version", "Python", "Platform", "torch", "Devices", *env.PACKAGES,
+    for label in ["pods version", "Python", "Platform", "torch", "Devices", "CPU", *env.PACKAGES,
                   *(f"Sandbox {mode}" for mode in MODES), "Sandbox memory"]:
         assert f"- {label}: " in text
 

@@ -7,10 +7,13 @@ import yaml
 from pods.runs.metrics import MetricsWriter
 
 
-def write_run(run_dir: Path, evals, steps=(), done=True) -> Path:
+def write_run(run_dir: Path, evals, steps=(), done=True, machine=None) -> Path:
     """A run folder with eval records [(time, accuracy)] or [(time, accuracy, step)] (steps
-    default to 0, 1, 2, ... in the order given) and step records [dicts]."""
+    default to 0, 1, 2, ... in the order given) and step records [dicts]; first a "machine"
+    record with the fields of ``machine`` if given."""
     w = MetricsWriter(run_dir / "metrics.jsonl")
+    if machine is not None:
+        w.write({"kind": "machine", "step": 0, "time": 0, **machine})
     for i, (t, acc, *step) in enumerate(evals):
         w.write({"kind": "eval", "step": step[0] if step else i, "time": t, "eval/accuracy": acc})
     for s in steps:

@@ -235,3 +235,26 @@ def test_pods_compare_trains_each_run_in_a_fresh_process():
     assert seed == 3 and len({first, second, os.getpid()}) == 3
     with pytest.raises(ValueError, match="seed 3 refused"):
         in_fresh_process(_refuses)(config)
+
+
+def test_runs_are_not_added_on_another_machine(tmp_path, capsys):
+    """A comparison whose finished runs were made on another host class refuses to train
+    more before any training; --any-machine trains them, and the summary names both."""
+    from pods.runtime.machine import host
+
+    here = host()
+    other = {**here, "machine/cpu": "a CPU of another kind", "machine/device": "cpu"}
+    spec = CompareSpec(variants={"grpo": {"n": 8, "m": 8}, "pods": {"n": 32}}, seeds=(0,),
+                       baseline="grpo", base={"m": 4, "max_time": 5.0})
+    out, calls = tmp_path / "cmp", []
+    write_run(out / "grpo" / "seed0", [(0, 0.01), (1, 0.08)], machine=other)
+    with pytest.raises(ValueError, match=r"grpo/seed0 was made on another machine \(cpu: "
+                       r"a CPU of another kind / .*--any-machine adds"):
+        run_compare(spec, out, fake_trainer(calls))
+    assert calls == []  # refused before any training
+    run_compare(spec, out, fake_trainer(calls), any_machine=True)
+    assert [Path(c.out_dir).name for c in calls] == ["pods"]
+    text = (out / "summary.md").read_text()
+    assert text.startswith("**These runs were made on different machines")
+    assert "- cpu a CPU of another kind, " in text and ": grpo/seed0" in text
+    assert "machine not recorded (a run of an older pods): pods/seed0" in text

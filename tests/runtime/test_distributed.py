@@ -30,7 +30,7 @@ def test_two_processes_match_one(tiny_model_dir, tmp_path):
          "trackers.json"]
     assert len(list((tmp_path / "two" / "tensorboard").iterdir())) == 1  # rank 0 reports
     kinds = [r["kind"] for r in read_metrics(tmp_path / "two" / "metrics.jsonl")]
-    assert kinds == ["eval", "step", "step", "step", "eval", "done"]  # rank 0 wrote, once
+    assert kinds == ["machine", "eval", "step", "step", "step", "eval", "done"]  # rank 0, once
 
 
 def test_batch_selection_on_two_processes_matches_one(tiny_model_dir, tmp_path):

@@ -40,13 +40,16 @@ def whole(tiny_model_dir, tmp_path_factory):
 
 
 def records(run) -> list[tuple]:
-    """What a run recorded, without the wall-clock parts (times, memory)."""
+    """What a run recorded, without the wall-clock parts (times, memory) and where it ran
+    (the "machine" records: one at the start, one at each resume)."""
     return [(r["kind"], r["step"], r.get("rollout/reward_mean"), r.get("eval/accuracy"))
-            for r in read_metrics(run / "metrics.jsonl")]
+            for r in read_metrics(run / "metrics.jsonl") if r["kind"] != "machine"]
 
 
 def assert_same_run(whole, part) -> None:
     assert records(part) == records(whole)
+    machines = [r for r in read_metrics(part / "metrics.jsonl") if r["kind"] == "machine"]
+    assert machines[0]["step"] == 0  # where it ran: at the start, and at each resume
     a = weights(whole / "checkpoints" / f"step_{STEPS:06d}" / "model")
     b = weights(part / "checkpoints" / f"step_{STEPS:06d}" / "model")
     for k in a:
@@ -154,7 +157,8 @@ def test_a_forced_stop_before_any_checkpoint_resumes_from_the_start(
     resume(part, log=lambda *a, **k: said.append(str(a[0])))
     assert any("from the start (no checkpoint was written)" in line for line in said)
     assert_same_run(whole, part)
-    assert [r["kind"] for r in read_metrics(part / "metrics.redone.jsonl")] == ["eval"]
+    assert [r["kind"] for r in read_metrics(part / "metrics.redone.jsonl")] == \
+        ["machine", "eval"]
 
 
 def test_ctrl_c_outside_a_run_is_python_s_own():

@@ -88,6 +88,18 @@ def torch_info() -> dict[str, Any]:
             "devices": devices or ["none (CPU only)"]}
 
 
+BF16_WORDS = {"amx": "native (AMX)", "avx512_bf16": "native (AVX-512 BF16)",
+              "none": "emulated (neither AVX-512 BF16 nor AMX: train in float32 here)"}
+
+
+def cpu_info() -> dict[str, Any]:
+    """The CPU's name, cores, torch's vector level and bf16 support (pods.runtime.machine:
+    what each run records, and what decides whether bf16 compute pays on a CPU)."""
+    from pods.runtime.machine import host
+
+    return host()
+
+
 def sandbox_modes() -> dict[str, str]:
     """Each isolation mode: 'works', or why not (pods.sandbox probes it once)."""
     from pods.sandbox.isolation import MODES, unusable_reason
@@ -119,6 +131,7 @@ def collect() -> dict[str, Any]:
         "python": f"{platform.python_version()} ({sys.executable})",
         "platform": platform.platform(),
         "torch": torch_info(),
+        "cpu": cpu_info(),
         "packages": {label: package_version(names) for label, names in PACKAGES.items()},
         "sandbox": sandbox_modes(),
         "sandbox_memory": sandbox_memory(),
@@ -135,6 +148,11 @@ def render(info: dict[str, Any]) -> str:
              f"- Platform: {info['platform']}",
              f"- torch: {torch['version']} ({torch['build']})",
              f"- Devices: {'; '.join(torch['devices'])}"]
+    if "cpu" in info:
+        cpu = info["cpu"]
+        lines.append(f"- CPU: {cpu['machine/cpu']}, {cpu['machine/cores']} cores, "
+                     f"{cpu['machine/cpu_capability']}, bf16 matmuls: "
+                     f"{BF16_WORDS.get(cpu['machine/bf16'], cpu['machine/bf16'])}")
     lines += [f"- {label}: {version}" for label, version in info["packages"].items()]
     lines += [f"- Sandbox {mode}: {state}" for mode, state in info["sandbox"].items()]
     lines.append(f"- Sandbox memory: {info.get('sandbox_memory', 'not reported')}")

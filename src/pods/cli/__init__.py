@@ -122,6 +122,8 @@ def _parser() -> argparse.ArgumentParser:
     add_config_flags(p)
     p.add_argument("--only", metavar="VARIANTS", help="comma-separated variants to train now "
                    "(default: all); the summary covers every variant with runs in --out")
+    p.add_argument("--any-machine", action="store_true", help="add runs on a machine unlike "
+                   "the finished runs' (refused by default: their times are not comparable)")
     p.set_defaults(func=_compare)
 
     p = sub.add_parser("plot", help="redraw figures (and a comparison's table) from saved runs")
@@ -191,7 +193,7 @@ def _compare(args: argparse.Namespace) -> int:
     only = [v.strip() for v in args.only.split(",") if v.strip()] if args.only else None
     train_fn = in_fresh_process(partial(train_or_resume, curve=draw_curve))
     run_compare(load_spec(args.spec), Path(args.out), train_fn, flag_overrides(args),
-                only=only)
+                only=only, any_machine=args.any_machine)
     return 0
 
 

@@ -16,6 +16,7 @@ class Run:
     path: Path  # OUT/<variant>/seed<k>
     evals: list[dict]  # its "eval" records that hold eval/accuracy
     steps: list[dict]  # its "step" records
+    machine: dict | None = None  # its last "machine" record (pods.runtime.machine), if any
 
     @property
     def seed(self) -> str:
@@ -47,8 +48,10 @@ def load_runs(out_dir: str | Path) -> dict[str, Runs]:
                 continue
             evals = [r for r in records if r.get("kind") == "eval" and "eval/accuracy" in r]
             if evals:
+                machines = [r for r in records if r.get("kind") == "machine"]
                 runs.append(Run(metrics.parent, evals,
-                                [r for r in records if r.get("kind") == "step"]))
+                                [r for r in records if r.get("kind") == "step"],
+                                machines[-1] if machines else None))
             else:
                 print(f"{metrics.parent}: no eval records yet, left out.")
         if runs:

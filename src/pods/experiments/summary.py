@@ -33,7 +33,7 @@ from pods.experiments.intervals import (
 )
 from pods.experiments.plots import plot_compare, plot_seeds
 from pods.experiments.run_records import Runs, load_runs
-from pods.experiments.tables import each_run_table, markdown_table
+from pods.experiments.tables import each_run_table, machines_note, markdown_table
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,7 +135,7 @@ def summarize(out_dir: str | Path) -> list[dict[str, Any]]:
         rows.append({**_row(name, curve, runs[name]), **{TOP[k]: first.get(k) for k in TOP},
                      "vs": vs})
     (out_dir / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
-    text = f"{markdown_table(rows)}\n## Each run\n\n{each_run_table(runs)}"
+    text = f"{machines_note(runs)}{markdown_table(rows)}\n## Each run\n\n{each_run_table(runs)}"
     (out_dir / "summary.md").write_text(text)
     plot_compare({n: c.plain() for n, c in curves.items()}, out_dir / "curves.png",
                  baseline=baselines[0] if baselines else None,

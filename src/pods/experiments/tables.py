@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from pods.experiments.run_records import Run, Runs
+from pods.runtime.machine import KEY
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
@@ -30,38 +31,38 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
              "completion len (tokens)", "peak RSS (MB)", "peak GPU (MB)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["variant"], str(r["seeds"]), _num(100 * r["peak_acc"], ".1f"),
-                 _num(r["time_to_peak"], ".1f") + (" (last eval)" if r.get("peak_at_last_eval")
+        cells = [r["variant"], str(r["seeds"]), num(100 * r["peak_acc"], ".1f"),
+                 num(r["time_to_peak"], ".1f") + (" (last eval)" if r.get("peak_at_last_eval")
                                                    else "")]
         for base in baselines:
             v = r["vs"][base]
-            cells += [_num(v["time_to_peak"], ".1f", "never"),
-                      _ratio_cell(v, "time_to_peak", "speedup", "verdict"),
-                      _num(v["steps_to_peak"], ".0f", "never"),
-                      _ratio_cell(v, "steps_to_peak", "steps_ratio", "steps_verdict"),
-                      _num(v["p_better_at_end"], ".2f") + _ci(v, "p_better_at_end_ci95"),
-                      _paired_cell(v)]
-        cells += [_num(100 * r["final_acc"], ".1f"), _num(r["sec_per_step"], ".3f"),
-                  _num(r["generate_sec"], ".3f"), _num(r["update_sec"], ".3f"),
-                  _num(r.get("completion_len"), ".1f"), _num(r["peak_mem_mb"], ".0f"),
-                  _num(r["peak_gpu_mb"], ".0f")]
+            cells += [num(v["time_to_peak"], ".1f", "never"),
+                      ratio_cell(v, "time_to_peak", "speedup", "verdict"),
+                      num(v["steps_to_peak"], ".0f", "never"),
+                      ratio_cell(v, "steps_to_peak", "steps_ratio", "steps_verdict"),
+                      num(v["p_better_at_end"], ".2f") + ci_cell(v, "p_better_at_end_ci95"),
+                      paired_cell(v)]
+        cells += [num(100 * r["final_acc"], ".1f"), num(r["sec_per_step"], ".3f"),
+                  num(r["generate_sec"], ".3f"), num(r["update_sec"], ".3f"),
+                  num(r.get("completion_len"), ".1f"), num(r["peak_mem_mb"], ".0f"),
+                  num(r["peak_gpu_mb"], ".0f")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _num(x: float | None, fmt: str, none: str = "-") -> str:
+def num(x: float | None, fmt: str, none: str = "-") -> str:
     return none if x is None else format(x, fmt)
 
 
-def _ratio_cell(v: dict[str, Any], reach: str, ratio: str, verdict: str) -> str:
+def ratio_cell(v: dict[str, Any], reach: str, ratio: str, verdict: str) -> str:
     """"2.10x [1.40, 3.00] faster"; "never" or "n/a" (a zero time) without an estimate."""
     if v[reach] is not None and v[ratio] is None:
         return "n/a"
     text = "never" if v[reach] is None else f"{v[ratio]:.2f}x"
-    return text + _ci(v, f"{ratio}_ci95") + (f" {v[verdict]}" if v[verdict] else "")
+    return text + ci_cell(v, f"{ratio}_ci95") + (f" {v[verdict]}" if v[verdict] else "")
 
 
-def _ci(v: dict[str, Any], key: str) -> str:
+def ci_cell(v: dict[str, Any], key: str) -> str:
     """" [lo, hi]" ("inf" for an unbounded end); " (1 seed: no CI)" when a side has one
     seed; nothing for the baseline against itself."""
     ci = v[key]
@@ -79,7 +80,7 @@ def _bound(x: float) -> str:
     return f"{x:.4f}" if text == "1.00" and x != 1 else text
 
 
-def _paired_cell(v: dict[str, Any]) -> str:
+def paired_cell(v: dict[str, Any]) -> str:
     """"+10.0 [-3.2, 23.2] (5 seeds, 4 higher)"; "-" against itself or with no seed in
     common."""
     if v.get("paired_diff") is None:
@@ -113,11 +114,11 @@ def each_run_table(variants: Mapping[str, Runs]) -> str:
         for run in runs:
             accs = [f"{100 * r['eval/accuracy']:.1f}" for r in run.evals]
             lines.append("| " + " | ".join([name, run.seed, *accs,
-                                            *["-"] * (width - len(accs)), *_steps(run)]) + " |")
+                                            *["-"] * (width - len(accs)), *step_cells(run)]) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _steps(run: Run) -> list[str]:
+def step_cells(run: Run) -> list[str]:
     """Steps made, seconds per step and the completion length at the end; "-" without step
     records."""
     per_step = run.sec_per_step()
@@ -127,3 +128,25 @@ def _steps(run: Run) -> list[str]:
                if r.get("rollout/completion_len") is not None]
     return [str(run.steps[-1]["step"]), f"{per_step:.1f}",
             f"{np.mean(lengths):.0f}" if lengths else "-"]
+
+
+def machines_note(variants: Mapping[str, Runs]) -> str:
+    """A warning paragraph naming each machine when the runs were made on more than one
+    (pods.runtime.machine.KEY: their training times are not comparable); "" otherwise.
+    Runs without a machine record (made before pods wrote one) count as unknown."""
+    groups: dict[tuple, list[str]] = {}
+    for name, runs in variants.items():
+        for run in runs:
+            m = run.machine or {}
+            groups.setdefault(tuple(m.get(k) for k in KEY), []).append(f"{name}/{run.path.name}")
+    if len(groups) < 2:
+        return ""
+    lines = ["**These runs were made on different machines: their training times, and the "
+             "speed-ups and accuracies at equal time computed from them, are not "
+             "comparable.**", ""]
+    for key, names in groups.items():
+        where = ", ".join(f"{k.removeprefix('machine/')} {v}" for k, v in zip(KEY, key,
+                                                                               strict=True)) \
+            if any(v is not None for v in key) else "machine not recorded (a run of an older pods)"
+        lines.append(f"- {where}: {', '.join(names)}")
+    return "\n".join(lines) + "\n\n"

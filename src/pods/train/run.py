@@ -31,6 +31,7 @@ from pods.runs.checkpoints import (
 )
 from pods.runs.metrics import MetricsWriter, run_summary, truncate_metrics
 from pods.runtime.distributed import RankFailure
+from pods.runtime.machine import machine_fields
 from pods.tracking import Trackers
 from pods.train.interrupts import Interrupts
 from pods.train.progress import Progress
@@ -63,6 +64,8 @@ class Run:
                                 group=tracking.group, config=self.cfg.to_dict(),
                                 start_step=t.step_count)
             self.outputs = [MetricsWriter(self.run_dir / "metrics.jsonl"), trackers]
+        self.report({"kind": "machine", "step": t.step_count, "time": t.seconds,
+                     **machine_fields(t.device)})  # where its times were measured (runtime.machine)
         progress = Progress(self.cfg.run, t.seconds, t.step_count, enabled=main)
         last: dict[str, float] = {}
         self.dist.on_sigterm()

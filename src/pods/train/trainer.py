@@ -29,6 +29,7 @@ from pods.rollout import EngineSpec, make_engine, resolve_engine, sample_keys
 from pods.rollout.prompts import fitting_splits, render_prompts
 from pods.runtime import fsdp
 from pods.runtime.distributed import Dist, launched_world_size
+from pods.runtime.machine import slow_bf16
 from pods.runtime.speed import adamw, keep_freed_memory
 from pods.tasks import get_task
 from pods.tasks.scoring import Scorer
@@ -65,6 +66,8 @@ class Trainer:
         self.cfg = config
         self.log = log if self.dist.is_main else silent
         self.device = self.dist.device
+        if slow := slow_bf16(self.device, config.model.dtype, config.model.mixed_precision):
+            self.log(f"warning: {slow}")  # bf16 emulated on this CPU: far slower than float32
         torch.manual_seed(config.run.seed)
         keep_freed_memory()  # freed activations reused by the next update (pods.runtime.speed)
         resolve_engine(config.rollout, self.device, self.dist.sharded)  # fail early
