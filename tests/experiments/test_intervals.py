@@ -8,6 +8,7 @@ from pods.experiments.intervals import (
     interval,
     p_better,
     resampled_speedup,
+    sign_flip_p,
     speedup,
     step_functions,
     to_peak,
@@ -115,3 +116,12 @@ def test_a_bound_near_one_keeps_its_digits():
 
     assert (_bound(0.998), _bound(1.004), _bound(1.0), _bound(2.971)) == \
         ("0.9980", "1.0040", "1.00", "2.97")
+
+
+def test_sign_flip_p_is_exact():
+    assert sign_flip_p([0.1, 0.2, 0.05, 0.3, 0.1]) == pytest.approx(2 / 32)  # all one way
+    assert sign_flip_p([0.1, -0.1]) == 1.0
+    # 1, 2, -3: |sum| 0 is reached by every one of the 8 patterns; 1, 2, 4: |sum| 7 by 2
+    assert sign_flip_p([1.0, 2.0, -3.0]) == 1.0
+    assert sign_flip_p([1.0, 2.0, 4.0]) == pytest.approx(2 / 8)
+    assert sign_flip_p([1.0, -2.0, 4.0]) == pytest.approx(6 / 8)  # |+-1 +-2 +-4| >= 3: 6 of 8

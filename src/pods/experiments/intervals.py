@@ -25,6 +25,7 @@ function on one grid) and nothing reads files.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -209,3 +210,13 @@ def paired_difference(a: dict[str, float], b: dict[str, float]) -> dict[str, Any
         half = t.ppf(0.5 + CONFIDENCE / 2, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
         out["paired_diff_ci95"] = [float(d.mean() - half), float(d.mean() + half)]
     return out
+
+
+def sign_flip_p(d: np.ndarray) -> float:
+    """The exact two-sided p-value of paired differences ``d`` [k] under the null that each
+    difference's sign is a fair coin (what pairing by seed assumes of two equal variants):
+    the share of the 2^k sign patterns whose |sum| reaches the observed one. With k = 5 the
+    smallest possible value is 2/32 = 0.0625: five seeds, all one way, cannot reach 0.05."""
+    d = np.asarray(d, dtype=float)
+    flips = np.array(list(itertools.product([1.0, -1.0], repeat=len(d))))  # [2^k, k]
+    return float(np.mean(np.abs(flips @ d) >= abs(d.sum()) - TOL))

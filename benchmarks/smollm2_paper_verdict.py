@@ -1,0 +1,181 @@
+"""The paper comparison on SmolLM2 (configs/compare_smollm2_paper.yaml): its verdicts, from
+every run's evaluations.
+
+The run folders of 19 of its 25 runs were lost with a session's workspace (runs/ is not
+kept between sessions) after docs/results.md had printed their evaluations from
+summary.md; those rows are ``published_19.csv`` in the results folder, copied from the page
+(commit 72a64d6), each accuracy an exact count out of the 256 test stories to one decimal.
+The other runs' records (metrics.jsonl, config.yaml) are in ``<variant>/seed<k>/`` there.
+Every run's evaluation i is placed at the grid time T[i], the page's column heading (the
+median time of evaluation i over the 19), so all runs share one grid; a recorded run's own
+times are printed beside, to show how far from the grid they lie (runs evaluate at the
+first step past each mark).
+
+Printed as markdown: every run's row; each variant's mean curve; then for each comparison
+(PODS against each other variant, and the paper's GRPO-GA against pods' former one):
+- the paper's speed-up, the baseline's time to its peak mean over the time the variant's
+  mean takes to reach that accuracy, with its 95% bootstrap interval over seeds
+  (pods.experiments.intervals, as `pods compare` prints it);
+- the accuracy at equal training time, paired by seed, at every evaluation: the mean
+  difference, its 95% t-interval, the seeds with the variant higher, and the exact
+  two-sided sign-flip p-value (all 2^k sign patterns of the k differences);
+- P(a run of the variant ends above a run of the baseline), with its bootstrap interval.
+
+    .venv/bin/python benchmarks/smollm2_paper_verdict.py [results/smollm2_paper]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from pods.experiments.intervals import (
+    on_common_grid,
+    paired_difference,
+    sign_flip_p,
+    step_functions,
+    versus,
+)
+from pods.experiments.run_records import load_runs
+from pods.experiments.tables import ci_cell, num, paired_cell, ratio_cell, step_cells
+
+# (variant, baseline): PODS against each other variant; the two GRPO-GAs against each other
+PAIRS = [("pods", "grpo"), ("pods", "grpo_ga"), ("pods", "grpo_ga_one_group"),
+         ("pods", "random"), ("grpo_ga_one_group", "grpo_ga")]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One run: its accuracy at each evaluation and the page's last three cells."""
+
+    variant: str
+    seed: str
+    accs: list[float]  # [E] in [0, 1]
+    cells: list[str]  # steps, seconds per step, completion tokens (last 10 steps)
+    times: list[float] | None  # [E] its recorded eval times; None for a published row
+
+
+def published(path: Path) -> tuple[list[float], list[Row]]:
+    """The grid times (from the ``acc_<t>s`` headers) and the published rows."""
+    with path.open() as f:
+        table = list(csv.DictReader(f))
+    keys = [k for k in table[0] if k.startswith("acc_")]
+    grid = [float(k.removeprefix("acc_").removesuffix("s")) for k in keys]
+    rows = [Row(r["variant"], r["seed"], [float(r[k]) / 100 for k in keys],
+                [r["steps"], r["sec_per_step"], r["completion_tokens_last10"]], None)
+            for r in table]
+    return grid, rows
+
+
+def recorded(folder: Path) -> list[Row]:
+    """The runs whose folders are here, read as `pods compare` reads them."""
+    return [Row(name, run.seed, [e["eval/accuracy"] for e in run.evals], step_cells(run),
+                [e["time"] for e in run.evals])
+            for name, runs in load_runs(folder).items() for run in runs]
+
+
+def check(rows: list[Row], grid: list[float]) -> None:
+    seen = [(r.variant, r.seed) for r in rows]
+    twice = {run for run in seen if seen.count(run) > 1}
+    if twice:
+        raise ValueError(f"runs both published and recorded: {sorted(twice)}")
+    short = [(r.variant, r.seed) for r in rows if len(r.accs) != len(grid)]
+    if short:
+        raise ValueError(f"runs without one evaluation per grid time {grid}: {short}")
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def runs_table(variants: dict[str, list[Row]], grid: list[float]) -> str:
+    head = ["variant", "seed", *(f"{t:.0f} s" for t in grid), "steps", "s/step",
+            "completion tokens (last 10 steps)", "record"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, rows in variants.items():
+        for r in rows:
+            source = "published" if r.times is None else \
+                "metrics.jsonl, evals at " + ", ".join(f"{t:.0f}" for t in r.times) + " s"
+            lines.append("| " + " | ".join([name, r.seed, *map(pct, r.accs), *r.cells,
+                                            source]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def curves_table(variants: dict[str, list[Row]], grid: list[float]) -> str:
+    """Each variant's mean over seeds at each grid time, +- 1.96 SEM; its peak and when."""
+    head = ["variant", "seeds", *(f"{t:.0f} s" for t in grid), "peak mean"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, rows in variants.items():
+        acc = np.array([r.accs for r in rows])  # [k, E]
+        mean, half = acc.mean(0), 1.96 * acc.std(0, ddof=1) / np.sqrt(len(acc))
+        top = int(np.argmax(mean))
+        last = " (last eval)" if top == len(grid) - 1 else ""
+        lines.append("| " + " | ".join([name, str(len(rows)), *(
+            f"{pct(m)} ± {pct(h)}" for m, h in zip(mean, half, strict=True)),
+            f"{pct(mean[top])} at {grid[top]:.0f} s{last}"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def versus_table(variants: dict[str, list[Row]], grid: list[float]) -> str:
+    """Per comparison: the baseline's peak, the speed-up to it, P(end above)."""
+    head = ["variant vs baseline", "baseline's peak mean", "variant reaches it at",
+            "speed-up [95% CI]", "P(end above) [95% CI]"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, base in PAIRS:
+        v, b = (step_functions([(grid, r.accs) for r in variants[x]]) for x in (name, base))
+        out = versus(v, b, v, b)  # no per-eval step counts in the published rows: time only
+        times, values = on_common_grid(b.times, b.values)
+        b_mean = values.mean(0)
+        top = int(np.argmax(b_mean))
+        last = " (last eval)" if top == len(times) - 1 else ""
+        lines.append("| " + " | ".join([
+            f"{name} vs {base}", f"{pct(b_mean[top])} at {times[top]:.0f} s{last}",
+            num(out["time_to_peak"], ".0f", "never") + (" s" if out["time_to_peak"] else ""),
+            ratio_cell(out, "time_to_peak", "speedup", "verdict"),
+            num(out["p_better_at_end"], ".2f") + ci_cell(out, "p_better_at_end_ci95")]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def equal_time_table(variants: dict[str, list[Row]], grid: list[float]) -> str:
+    """Per comparison and grid time: the variant's minus the baseline's accuracy, by seed."""
+    head = ["variant - baseline (points)", *(f"{t:.0f} s" for t in grid[1:])]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, base in PAIRS:
+        cells = []
+        for i in range(1, len(grid)):
+            a, b = ({r.seed: r.accs[i] for r in variants[x]} for x in (name, base))
+            diff = paired_difference(a, b)
+            d = np.array([a[s] - b[s] for s in a if s in b])
+            cells.append(f"{paired_cell(diff)}, p = {sign_flip_p(d):.3f}")
+        lines.append("| " + " | ".join([f"{name} - {base}", *cells]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", nargs="?", default="results/smollm2_paper", type=Path)
+    folder = parser.parse_args().folder
+    grid, rows = published(folder / "published_19.csv")
+    rows += recorded(folder)
+    check(rows, grid)
+    order = list(yaml.safe_load((folder / "compare.yaml").read_text())["variants"])
+    variants = {n: sorted((r for r in rows if r.variant == n), key=lambda r: int(r.seed))
+                for n in order}
+    print("## Each run (accuracy on the 256 stories, %)\n")
+    print(runs_table(variants, grid))
+    print("## Mean over seeds (%, ± 1.96 SEM)\n")
+    print(curves_table(variants, grid))
+    print("## Speed-up to the baseline's peak, and P(end above)\n")
+    print(versus_table(variants, grid))
+    print("## Accuracy at equal training time, paired by seed (points; 95% t-interval; "
+          "seeds higher; exact sign-flip p)\n")
+    print(equal_time_table(variants, grid), end="")
+
+
+if __name__ == "__main__":
+    main()
