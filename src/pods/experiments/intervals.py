@@ -197,14 +197,18 @@ def versus(variant: Seeds, base: Seeds, variant_steps: Seeds, base_steps: Seeds
 def paired_difference(a: dict[str, float], b: dict[str, float]) -> dict[str, Any]:
     """End accuracies paired by seed name, over the seeds both sides ran: the mean of
     a - b (``paired_diff``), its 95% t-interval (``paired_diff_ci95``; None under 2 shared
-    seeds), the shared seeds and in how many a ended higher (``paired_wins``). The
-    t-interval on k differences assumes them roughly normal; with 5 to 10 seeds it is the
-    usual paired test's interval, wider than a bootstrap's on so few."""
+    seeds), the shared seeds and in how many a ended higher (``paired_wins``), and the exact
+    sign-flip p-value of the mean (``paired_p``, ``sign_flip_p``; None under 2 shared
+    seeds). The t-interval on k differences assumes them roughly normal; with 5 to 10 seeds
+    it is the usual paired test's interval, wider than a bootstrap's on so few. The
+    sign-flip p assumes nothing of their shape, and says what few seeds can show: with 5,
+    at best 2/32 = 0.0625."""
     d = np.array([a[seed] - b[seed] for seed in a if seed in b])  # [k] shared seeds
     out: dict[str, Any] = {"paired_seeds": len(d), "paired_wins": int((d > TOL).sum()),
                            "paired_diff": float(d.mean()) if len(d) else None,
-                           "paired_diff_ci95": None}
+                           "paired_diff_ci95": None, "paired_p": None}
     if len(d) >= 2:
+        out["paired_p"] = sign_flip_p(d)
         from scipy.stats import t
 
         half = t.ppf(0.5 + CONFIDENCE / 2, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
