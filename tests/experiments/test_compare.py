@@ -258,3 +258,8 @@ def test_runs_are_not_added_on_another_machine(tmp_path, capsys):
     assert text.startswith("**These runs were made on different machines")
     assert "- cpu a CPU of another kind, " in text and ": grpo/seed0" in text
     assert "machine not recorded (a run of an older pods): pods/seed0" in text
+    # a stopped run made elsewhere would be timed on two machines if resumed here
+    stopped = tmp_path / "stopped"
+    write_run(stopped / "pods" / "seed0", [(0, 0.01)], done=False, machine=other)
+    with pytest.raises(ValueError, match="pods/seed0 was made on another machine"):
+        run_compare(spec, stopped, fake_trainer(calls))

@@ -172,8 +172,8 @@ def run_compare(spec: CompareSpec, out_dir: str | Path,
                 only: list[str] | None = None, any_machine: bool = False) -> Path:
     """Train every variant on every seed (seeds outer), skipping finished runs, then summarize.
     ``only`` trains just these variants now (a comparison run in parts); the summary covers
-    every variant that has runs in the folder. Runs are added only on a machine like the
-    finished runs' (pods.runtime.machine), unless ``any_machine``.
+    every variant that has runs in the folder. Runs are trained only on a machine like the
+    folder's runs so far (pods.runtime.machine), unless ``any_machine``.
 
     ``train_fn(config)`` trains one run into ``config.out_dir/config.run_name``
     (``out_dir/variant/seed{seed}``). ``overrides`` (e.g. CLI flags) apply to all variants,
@@ -200,7 +200,7 @@ def run_compare(spec: CompareSpec, out_dir: str | Path,
             for seed in spec.seeds for name in spec.variants
             if only is None or name in only]  # all built before any training
     if not any_machine and any(not is_finished(out_dir / n / f"seed{s}") for s, n, _ in runs):
-        check_same_machine(finished_machines(out_dir), host())  # before any training
+        check_same_machine(recorded_machines(out_dir), host())  # before any training
     for i, (seed, name, config) in enumerate(runs, 1):
         run = f"{name}/seed{seed}"
         if is_finished(out_dir / name / f"seed{seed}"):
@@ -285,13 +285,13 @@ def is_finished(run_dir: Path) -> bool:
     return metrics.is_file() and bool(read_metrics(metrics, "done"))
 
 
-def finished_machines(out_dir: Path) -> dict[str, dict[str, Any]]:
-    """Each finished run's last "machine" record, by "variant/seed<k>"; runs made before
-    pods recorded machines have none and are left out."""
+def recorded_machines(out_dir: Path) -> dict[str, dict[str, Any]]:
+    """Each run's last "machine" record, by "variant/seed<k>": finished runs, and stopped
+    ones (resumed here, a run would be timed on two machines); runs made before pods
+    recorded machines have none and are left out."""
     found = {}
     for metrics in sorted(out_dir.glob("*/seed*/metrics.jsonl")):
-        records = read_metrics(metrics)
-        machines = [r for r in records if r.get("kind") == "machine"]
-        if machines and any(r.get("kind") == "done" for r in records):
+        machines = read_metrics(metrics, "machine")
+        if machines:
             found[f"{metrics.parent.parent.name}/{metrics.parent.name}"] = machines[-1]
     return found

@@ -5,9 +5,9 @@ its runs must share a machine class. Two 2-core VMs of one workplace, both repor
 EPYC", differ by 10x on the SmolLM2 recipe (a generation round of 16 rollouts: 7 s with
 AVX-512 BF16, 67 s without it, where a bf16 matmul of SmolLM2's shapes ran at 1 GFLOP/s
 against 103 in float32: torch emulates bf16 on such a CPU). Each run writes a "machine"
-record to metrics.jsonl when it starts and at each resume; `pods compare` refuses to add
-runs to a folder whose finished runs were made on another machine class
-(``check_same_machine``), and a comparison's summary says when its runs' machines differ.
+record to metrics.jsonl when it starts and at each resume; `pods compare` refuses to train
+in a folder whose runs so far were made on another machine class (``check_same_machine``),
+and a comparison's summary says when its runs' machines differ.
 """
 
 from __future__ import annotations
@@ -97,8 +97,9 @@ def differences(a: dict[str, Any], b: dict[str, Any], fields=KEY) -> list[str]:
 def check_same_machine(finished: dict[str, dict[str, Any]], here: dict[str, Any]) -> None:
     """Refuse to train more runs of a comparison on a host unlike its finished runs'.
 
-    ``finished``: each finished run's last machine record, by run name; runs made before
-    pods recorded machines are not in it. ``here``: this host (``host()``)."""
+    ``finished``: each run's last machine record, by run name (finished runs, and stopped
+    ones that would resume here); runs made before pods recorded machines are not in it.
+    ``here``: this host (``host()``)."""
     for run, record in finished.items():
         diff = differences(record, here, HOST)
         if diff:
