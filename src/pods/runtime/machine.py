@@ -94,13 +94,17 @@ def differences(a: dict[str, Any], b: dict[str, Any], fields=KEY) -> list[str]:
             for k in fields if a.get(k) != b.get(k)]
 
 
-def check_same_machine(finished: dict[str, dict[str, Any]], here: dict[str, Any]) -> None:
-    """Refuse to train more runs of a comparison on a host unlike its finished runs'.
+def check_same_machine(recorded: dict[str, dict[str, Any]], here: dict[str, Any]) -> None:
+    """Refuse to train more runs of a comparison on a host unlike its runs' so far.
 
-    ``finished``: each run's last machine record, by run name (finished runs, and stopped
+    ``recorded``: each run's last machine record, by run name (finished runs, and stopped
     ones that would resume here); runs made before pods recorded machines are not in it.
-    ``here``: this host (``host()``)."""
-    for run, record in finished.items():
+    ``here``: this host (``host()``). Only runs trained on the CPU are checked: for a GPU
+    run the GPU decides, and naming it here would start CUDA in the comparison's own
+    process; the summary names differing GPUs."""
+    for run, record in recorded.items():
+        if record.get("machine/device", "cpu") != "cpu":
+            continue
         diff = differences(record, here, HOST)
         if diff:
             raise ValueError(
