@@ -66,11 +66,12 @@ def host() -> dict[str, Any]:
 
 
 def machine_fields(device) -> dict[str, Any]:
-    """The host's fields, the device trained on ("cpu", or "cuda:0 NVIDIA H100 ...") and
-    torch's version: the fields of a "machine" record."""
+    """The host's fields, the kind of device trained on ("cpu", or "cuda NVIDIA H100 ...":
+    not its index, so runs on two GPUs of one kind match) and torch's version: the fields
+    of a "machine" record."""
     import torch
 
-    name = str(device)
+    name = device.type
     if device.type == "cuda":
         name += f" {torch.cuda.get_device_name(device)}"
     return {**host(), "machine/device": name, "machine/torch": torch.__version__}
