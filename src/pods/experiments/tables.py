@@ -146,8 +146,9 @@ def machines_note(variants: Mapping[str, Runs]) -> str:
              "speed-ups and accuracies at equal time computed from them, are not "
              "comparable.**", ""]
     for key, names in groups.items():
-        where = ", ".join(f"{k.removeprefix('machine/')} {v}" for k, v in zip(KEY, key,
-                                                                               strict=True)) \
-            if any(v is not None for v in key) else "machine not recorded (a run of an older pods)"
+        fields = zip(KEY, key, strict=True)
+        where = ", ".join(f"{k.removeprefix('machine/')} {v}" for k, v in fields)
+        if all(v is None for v in key):
+            where = "machine not recorded (a run of an older pods)"
         lines.append(f"- {where}: {', '.join(names)}")
     return "\n".join(lines) + "\n\n"
