@@ -34,12 +34,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from pods.experiments.intervals import (
-    on_common_grid,
-    paired_difference,
-    step_functions,
-    versus,
-)
+from pods.experiments.intervals import paired_difference, step_functions, versus
 from pods.experiments.run_records import load_runs
 from pods.experiments.tables import ci_cell, num, paired_cell, ratio_cell, step_cells
 
@@ -92,65 +87,71 @@ def pct(x: float) -> str:
     return f"{100 * x:.1f}"
 
 
+def markdown(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
+
+
+def peak(mean: np.ndarray, grid: list[float]) -> str:
+    """A mean curve's peak and the first grid time it is reached ("(last eval)": it may
+    still have been rising)."""
+    top = int(np.argmax(mean))
+    return f"{pct(mean[top])} at {grid[top]:.0f} s" + \
+        (" (last eval)" if top == len(grid) - 1 else "")
+
+
 def runs_table(variants: dict[str, list[Row]], grid: list[float]) -> str:
     head = ["variant", "seed", *(f"{t:.0f} s" for t in grid), "steps", "s/step",
             "completion tokens (last 10 steps)", "record"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    body = []
     for name, rows in variants.items():
         for r in rows:
             source = "published" if r.times is None else \
                 "metrics.jsonl, evals at " + ", ".join(f"{t:.0f}" for t in r.times) + " s"
-            lines.append("| " + " | ".join([name, r.seed, *map(pct, r.accs), *r.cells,
-                                            source]) + " |")
-    return "\n".join(lines) + "\n"
+            body.append([name, r.seed, *map(pct, r.accs), *r.cells, source])
+    return markdown(head, body)
 
 
 def curves_table(variants: dict[str, list[Row]], grid: list[float]) -> str:
     """Each variant's mean over seeds at each grid time, +- 1.96 SEM; its peak and when."""
     head = ["variant", "seeds", *(f"{t:.0f} s" for t in grid), "peak mean"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    body = []
     for name, rows in variants.items():
         acc = np.array([r.accs for r in rows])  # [k, E]
         mean, half = acc.mean(0), 1.96 * acc.std(0, ddof=1) / np.sqrt(len(acc))
-        top = int(np.argmax(mean))
-        last = " (last eval)" if top == len(grid) - 1 else ""
-        lines.append("| " + " | ".join([name, str(len(rows)), *(
-            f"{pct(m)} ± {pct(h)}" for m, h in zip(mean, half, strict=True)),
-            f"{pct(mean[top])} at {grid[top]:.0f} s{last}"]) + " |")
-    return "\n".join(lines) + "\n"
+        body.append([name, str(len(rows)), *(f"{pct(m)} ± {pct(h)}"
+                                             for m, h in zip(mean, half, strict=True)),
+                     peak(mean, grid)])
+    return markdown(head, body)
 
 
 def versus_table(variants: dict[str, list[Row]], grid: list[float]) -> str:
     """Per comparison: the baseline's peak, the speed-up to it, P(end above)."""
     head = ["variant vs baseline", "baseline's peak mean", "variant reaches it at",
             "speed-up [95% CI]", "P(end above) [95% CI]"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    body = []
     for name, base in PAIRS:
         v, b = (step_functions([(grid, r.accs) for r in variants[x]]) for x in (name, base))
         out = versus(v, b, v, b)  # no per-eval step counts in the published rows: time only
-        times, values = on_common_grid(b.times, b.values)
-        b_mean = values.mean(0)
-        top = int(np.argmax(b_mean))
-        last = " (last eval)" if top == len(times) - 1 else ""
-        lines.append("| " + " | ".join([
-            f"{name} vs {base}", f"{pct(b_mean[top])} at {times[top]:.0f} s{last}",
+        body.append([  # every run has an eval at each grid time (check): b's rows are b's
+            f"{name} vs {base}", peak(b.values.mean(0), grid),
             num(out["time_to_peak"], ".0f", "never") + (" s" if out["time_to_peak"] else ""),
             ratio_cell(out, "time_to_peak", "speedup", "verdict"),
-            num(out["p_better_at_end"], ".2f") + ci_cell(out, "p_better_at_end_ci95")]) + " |")
-    return "\n".join(lines) + "\n"
+            num(out["p_better_at_end"], ".2f") + ci_cell(out, "p_better_at_end_ci95")])
+    return markdown(head, body)
 
 
 def equal_time_table(variants: dict[str, list[Row]], grid: list[float]) -> str:
     """Per comparison and grid time: the variant's minus the baseline's accuracy, by seed."""
     head = ["variant - baseline (points)", *(f"{t:.0f} s" for t in grid[1:])]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    body = []
     for name, base in PAIRS:
         cells = []
         for i in range(1, len(grid)):
             a, b = ({r.seed: r.accs[i] for r in variants[x]} for x in (name, base))
             cells.append(paired_cell(paired_difference(a, b)))
-        lines.append("| " + " | ".join([f"{name} - {base}", *cells]) + " |")
-    return "\n".join(lines) + "\n"
+        body.append([f"{name} - {base}", *cells])
+    return markdown(head, body)
 
 
 def main() -> None:

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pods.runtime.machine import host
+
 NOT_INSTALLED = "not installed"
 
 # label -> distribution names to try, first found wins (vLLM's CPU build is its own
@@ -92,14 +94,6 @@ BF16_WORDS = {"amx": "native (AMX)", "avx512_bf16": "native (AVX-512 BF16)",
               "none": "emulated (neither AVX-512 BF16 nor AMX: train in float32 here)"}
 
 
-def cpu_info() -> dict[str, Any]:
-    """The CPU's name, cores, torch's vector level and bf16 support (pods.runtime.machine:
-    what each run records, and what decides whether bf16 compute pays on a CPU)."""
-    from pods.runtime.machine import host
-
-    return host()
-
-
 def sandbox_modes() -> dict[str, str]:
     """Each isolation mode: 'works', or why not (pods.sandbox probes it once)."""
     from pods.sandbox.isolation import MODES, unusable_reason
@@ -131,7 +125,7 @@ def collect() -> dict[str, Any]:
         "python": f"{platform.python_version()} ({sys.executable})",
         "platform": platform.platform(),
         "torch": torch_info(),
-        "cpu": cpu_info(),
+        "cpu": host(),  # what each run records of its host (pods.runtime.machine)
         "packages": {label: package_version(names) for label, names in PACKAGES.items()},
         "sandbox": sandbox_modes(),
         "sandbox_memory": sandbox_memory(),

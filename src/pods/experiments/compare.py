@@ -199,11 +199,13 @@ def run_compare(spec: CompareSpec, out_dir: str | Path,
                                      tracker_group=f"{out_dir.name}-{name}"))
             for seed in spec.seeds for name in spec.variants
             if only is None or name in only]  # all built before any training
-    if not any_machine and any(not is_finished(out_dir / n / f"seed{s}") for s, n, _ in runs):
+    finished = {(seed, name) for seed, name, _ in runs
+                if is_finished(out_dir / name / f"seed{seed}")}
+    if not any_machine and len(finished) < len(runs):
         check_same_machine(recorded_machines(out_dir), host())  # before any training
     for i, (seed, name, config) in enumerate(runs, 1):
         run = f"{name}/seed{seed}"
-        if is_finished(out_dir / name / f"seed{seed}"):
+        if (seed, name) in finished:
             say(f"[{i}/{len(runs)}] {run}: already finished, skipped.")
             continue
         say(f"[{i}/{len(runs)}] {run}: training.")

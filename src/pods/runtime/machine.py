@@ -80,8 +80,8 @@ def machine_fields(device) -> dict[str, Any]:
 def slow_bf16(device, dtype: str, mixed_precision: str) -> str | None:
     """A warning when a run on the CPU computes in bf16 (weights ``dtype`` "bfloat16", or
     ``mixed_precision`` "bf16") on a CPU that emulates it; else None."""
-    if device.type != "cpu" or "bfloat16" not in (dtype, {"bf16": "bfloat16"}.get(
-            mixed_precision)) or cpu_bf16() != "none":
+    in_bf16 = dtype == "bfloat16" or mixed_precision == "bf16"
+    if device.type != "cpu" or not in_bf16 or cpu_bf16() != "none":
         return None
     return ("this CPU has neither AVX-512 BF16 nor AMX: torch emulates bf16 matmuls, tens "
             "to hundreds of times slower than float32 (1 vs 103 GFLOP/s measured on such a "

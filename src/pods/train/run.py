@@ -216,11 +216,6 @@ class Run:
         dist.barrier()
         return path
 
-    def restore_newest(self, checkpoints: list[Path]) -> Path:
-        """Restore the newest of ``checkpoints`` that can be read; an unreadable one (a
-        truncated file, a missing piece) is passed over, and that is said."""
-        return first_readable(checkpoints, self.restore, self.log)[0]
-
     def restore(self, checkpoint: Path) -> None:
         """The trainer's state (weights, optimizer, clock, streams), then the schedule's."""
         state = self.t.load(checkpoint)
@@ -291,7 +286,8 @@ def resume(run_dir: str | Path, overrides: dict | None = None, log=print,
     config, changed = resume_config(run_dir, written_with, overrides or {})
     config = anchored(config)
     run = Run(Trainer(config, log=log), run_dir, curve)
-    checkpoint = run.restore_newest(checkpoints) if checkpoints else None
+    # the newest readable one; an unreadable one (truncated, a piece missing) is passed over
+    checkpoint = first_readable(checkpoints, run.restore, run.log)[0] if checkpoints else None
     if run.dist.is_main:  # only once the run can go on, as in train()
         save_yaml(config, run_dir / "config.yaml")
         record_resume(run_dir, checkpoint, run.t.step_count, run.t.seconds, changed)
