@@ -21,7 +21,7 @@ Printed as markdown: every run's row; each variant's mean curve; then for each c
   two-sided sign-flip p-value (all 2^k sign patterns of the k differences);
 - P(a run of the variant ends above a run of the baseline), with its bootstrap interval.
 
-    .venv/bin/python benchmarks/smollm2_paper_verdict.py [results/smollm2_paper]
+    .venv/bin/python benchmarks/smollm2_paper_verdict.py [results/smollm2_paper] [--plot PNG]
 """
 
 from __future__ import annotations
@@ -35,12 +35,14 @@ import numpy as np
 import yaml
 
 from pods.experiments.intervals import paired_difference, step_functions, versus
+from pods.experiments.power import detectable_difference, missing_seed_fills, seeds_needed
 from pods.experiments.run_records import load_runs
 from pods.experiments.tables import ci_cell, num, paired_cell, ratio_cell, step_cells
 
 # (variant, baseline): PODS against each other variant; the two GRPO-GAs against each other
 PAIRS = [("pods", "grpo"), ("pods", "grpo_ga"), ("pods", "grpo_ga_one_group"),
          ("pods", "random"), ("grpo_ga_one_group", "grpo_ga")]
+FEASIBLE = np.arange(-256, 257) / 256  # a difference of two accuracies out of 256 stories
 
 
 @dataclass(frozen=True)
@@ -154,16 +156,85 @@ def equal_time_table(variants: dict[str, list[Row]], grid: list[float]) -> str:
     return markdown(head, body)
 
 
+def differences(variants: dict[str, list[Row]], name: str, base: str, i: int) -> np.ndarray:
+    """The variant's minus the baseline's accuracy at grid time i, over their shared seeds."""
+    b = {r.seed: r.accs[i] for r in variants[base]}
+    return np.array([r.accs[i] - b[r.seed] for r in variants[name] if r.seed in b])  # [k]
+
+
+def power_table(variants: dict[str, list[Row]], grid: list[float], planned: int) -> str:
+    """Per comparison and grid time, at the spread of differences seen so far: the true
+    difference a paired t-test on the planned seeds finds 4 times in 5, and the seeds
+    needed to find 10 and 5 points that often."""
+    head = ["variant - baseline", *(f"{t:.0f} s" for t in grid[1:])]
+    body = []
+    for name, base in PAIRS:
+        cells = []
+        for i in range(1, len(grid)):
+            sd = differences(variants, name, base, i).std(ddof=1)
+            need = [seeds_needed(delta, sd) for delta in (0.10, 0.05)]
+            cells.append(f"sd {pct(sd)}: {pct(detectable_difference(sd, planned))}; "
+                         f"10 points: {need[0]}, 5: {need[1]}")
+        body.append([f"{name} - {base}", *cells])
+    return markdown(head, body)
+
+
+def fills_cell(d: np.ndarray, missing: int) -> str:
+    """"nothing decides"; "decided by one from +10.5 to +38.7"; "decided on 4; undone by
+    one of -2.0" (points)."""
+    if missing == 0:
+        return "none missing"
+    f = missing_seed_fills(d, missing, FEASIBLE)
+    if f.decided:
+        return f"decided on {len(d)}, " + ("whatever the rest" if f.undo is None else
+                                           f"undone by one of {100 * f.undo:+.1f}")
+    sides = [f"from {sign}{pct(lo)} to {sign}{pct(hi)}"
+             for sign, got in (("+", f.higher), ("-", f.lower)) if got for lo, hi in [got]]
+    return "decided by one " + " or ".join(sides) if sides else "nothing decides"
+
+
+def missing_table(variants: dict[str, list[Row]], grid: list[float], planned: int) -> str:
+    """Per comparison and grid time: what the planned seeds not run could do to the paired
+    t-test, whatever accuracies they had (every completion on the 1/256 grid)."""
+    head = ["variant - baseline", "seeds run", *(f"{t:.0f} s" for t in grid[1:])]
+    body = []
+    for name, base in PAIRS:
+        k = len(differences(variants, name, base, 0))
+        body.append([f"{name} - {base}", f"{k} of {planned}",
+                     *(fills_cell(differences(variants, name, base, i), planned - k)
+                       for i in range(1, len(grid)))])
+    return markdown(head, body)
+
+
+def plot(variants: dict[str, list[Row]], grid: list[float], path: Path) -> None:
+    """Each variant's mean accuracy over seeds on the grid, as `pods plot` draws a
+    comparison (GRPO's peak dotted)."""
+    from pods.experiments.plots import plot_compare
+
+    curves = {}
+    for name, rows in variants.items():
+        acc = np.array([r.accs for r in rows])  # [k, E]
+        curves[name] = {"times": grid, "mean": acc.mean(0), "seeds": len(rows),
+                        "sem": acc.std(0, ddof=1) / np.sqrt(len(rows))}
+    plot_compare(curves, path, baseline="grpo")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", nargs="?", default="results/smollm2_paper", type=Path)
-    folder = parser.parse_args().folder
+    parser.add_argument("--plot", type=Path, metavar="PNG",
+                        help="also draw each variant's mean curve (+- 1.96 SEM) there")
+    args = parser.parse_args()
+    folder = args.folder
     grid, rows = published(folder / "published_19.csv")
     rows += recorded(folder)
     check(rows, grid)
-    order = list(yaml.safe_load((folder / "compare.yaml").read_text())["variants"])
+    spec = yaml.safe_load((folder / "compare.yaml").read_text())
+    order, planned = list(spec["variants"]), len(spec["seeds"])
     variants = {n: sorted((r for r in rows if r.variant == n), key=lambda r: int(r.seed))
                 for n in order}
+    if args.plot:
+        plot(variants, grid, args.plot)
     print("## Each run (accuracy on the 256 stories, %)\n")
     print(runs_table(variants, grid))
     print("## Mean over seeds (%, ± 1.96 SEM)\n")
@@ -172,7 +243,15 @@ def main() -> None:
     print(versus_table(variants, grid))
     print("## Accuracy at equal training time, paired by seed (points; 95% t-interval; "
           "seeds higher; exact sign-flip p-value)\n")
-    print(equal_time_table(variants, grid), end="")
+    print(equal_time_table(variants, grid))
+    print(f"## What {planned} seeds can detect (points: the spread of the paired differences "
+          f"so far; the true difference a paired t-test on {planned} seeds finds 4 times in "
+          "5; the seeds that find 10 and 5 points that often)\n")
+    print(power_table(variants, grid, planned))
+    print("## What the seeds not run could change (points: the size one of them must reach "
+          "for the paired t-interval to exclude 0, higher or lower, over every accuracy "
+          "they could have)\n")
+    print(missing_table(variants, grid, planned), end="")
 
 
 if __name__ == "__main__":

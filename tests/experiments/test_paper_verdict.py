@@ -38,3 +38,28 @@ def test_a_run_both_published_and_recorded_is_refused():
         verdict.check([*rows, rows[0]], grid)
     with pytest.raises(ValueError, match="without one evaluation per grid time"):
         verdict.check([verdict.Row("pods", "204", [0.1], [], None)], grid)
+
+
+def variants_from_the_records():
+    grid, rows = verdict.published(FOLDER / "published_19.csv")
+    rows += verdict.recorded(FOLDER)
+    names = ["pods", "grpo", "grpo_ga", "grpo_ga_one_group", "random"]
+    return grid, {n: sorted((r for r in rows if r.variant == n), key=lambda r: int(r.seed))
+                  for n in names}
+
+
+def test_the_page_s_claims_about_the_missing_runs_come_from_the_rows():
+    # docs/results.md, "What the 6 missing runs could have changed" and the verdicts
+    grid, variants = variants_from_the_records()
+    table = verdict.missing_table(variants, grid, planned=5).splitlines()
+    row = {line.split(" | ")[0].strip("| "): line.split(" | ")[2:] for line in table[2:]}
+    assert all(c.strip(" |") == "nothing decides" for c in row["pods - grpo"])
+    assert all(c.strip(" |") == "nothing decides" for c in row["pods - random"])
+    assert row["pods - grpo_ga"][1] == "decided by one from +10.5 to +37.5"
+    assert row["grpo_ga_one_group - grpo_ga"][0] == "decided on 4, undone by one of -2.0"
+
+
+def test_the_page_s_power_figures_come_from_the_rows():
+    grid, variants = variants_from_the_records()
+    cells = verdict.power_table(variants, grid, planned=5).splitlines()[2].split(" | ")[1:]
+    assert cells[-1].strip(" |") == "sd 15.1: 25.3; 10 points: 20, 5: 74"  # pods - grpo, 906 s
