@@ -111,6 +111,23 @@ def test_paired_difference_over_the_shared_seeds():
     assert paired_difference({"seed1": 0.5}, {"seed2": 0.5})["paired_diff"] is None
 
 
+def test_paired_difference_says_what_its_seeds_could_detect():
+    from pods.experiments.intervals import paired_difference
+    from pods.experiments.power import t_power
+    from pods.experiments.tables import paired_cell
+
+    a = {"seed1": 0.5, "seed2": 0.6, "seed3": 0.9}
+    out = paired_difference(a, {"seed1": 0.4, "seed2": 0.6, "seed3": 0.6})  # sd .1528
+    assert t_power(out["paired_detectable"], 0.152753, 3) == pytest.approx(0.8, abs=1e-4)
+    lo, hi = out["paired_diff_ci95"]
+    assert out["paired_detectable"] > (hi - lo) / 2  # found 4 in 5: beyond the half-width
+    assert paired_cell(out).endswith(
+        f"sign-flip p = 0.500, 80% power at ±{100 * out['paired_detectable']:.1f})")
+    assert paired_difference(a, {"seed1": 0.4, "seed2": 0.5, "seed3": 0.8})[
+        "paired_detectable"] is None  # every seed .1 ahead: no spread to plan from
+    assert paired_difference({"s": 0.5}, {"s": 0.4})["paired_detectable"] is None
+
+
 def test_a_bound_near_one_keeps_its_digits():
     from pods.experiments.tables import _bound
 

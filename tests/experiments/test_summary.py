@@ -135,7 +135,8 @@ def test_summary_speedup_worked_numbers(tmp_path, capsys):
         in table
     assert ("| pods | 2 | 90.0 | 16.0 (last eval) | 8.0 | 3.75x [1.25, 3.75] faster | 1 | 3.00x "
             "[1.00, 3.00] not distinguishable | 0.75 [0.50, 1.00] | +10.0 [-117.1, +137.1] "
-            "(2 seeds, 1 higher, sign-flip p = 1.000) | 90.0 | 4.000 | - | - | 7.0 | 210 | - |"
+            "(2 seeds, 1 higher, sign-flip p = 1.000, 80% power beyond ±100) | 90.0 | 4.000 | - "
+                "| - | 7.0 | 210 | - |"
             ) in table
     assert ("| slow | 1 | 75.0 | 40.0 (last eval) | never | never (1 seed: no CI) | never | "
             "never (1 seed: no CI) | 0.50 (1 seed: no CI) | +5.0 (1 seed, 1 higher) | 75.0 |"
@@ -208,7 +209,7 @@ def test_two_baselines_each_get_a_speedup(tmp_path):
         "steps_verdict": None, "p_better_at_end": 1.0, "p_better_at_end_ci95": None,
         "seeds_variant": 2, "seeds_baseline": 1, "paired_seeds": 1, "paired_wins": 1,
         "paired_diff": pytest.approx(0.15), "paired_diff_ci95": None,
-        "paired_p": None}  # seed0 .9 vs .75
+        "paired_p": None, "paired_detectable": None}  # seed0 .9 vs .75
     assert rows["grpo"]["vs"]["slow"]["speedup"] == pytest.approx(40 / 30)
     assert rows["slow"]["vs"]["slow"]["speedup"] == 1.0
     assert rows["slow"]["vs"]["grpo"]["speedup"] is None  # never reaches .8
@@ -216,7 +217,7 @@ def test_two_baselines_each_get_a_speedup(tmp_path):
     assert "| P(end above grpo) [95% CI] | end acc - grpo, paired by seed (points) [95% CI] | " \
         "time to slow peak (s) | speed-up vs slow [95% CI] |" in table
     assert ("| 0.75 [0.50, 1.00] | +10.0 [-117.1, +137.1] (2 seeds, 1 higher, sign-flip p = "
-            "1.000) | 8.0 | 5.00x "
+            "1.000, 80% power beyond ±100) | 8.0 | 5.00x "
             "(1 seed: no CI) | 1 | 2.00x (1 seed: no CI) | 1.00 (1 seed: no CI) | +15.0 (1 seed, "
             "1 higher) | 90.0 |") in table
 
@@ -328,9 +329,11 @@ def test_summary_json_names(tmp_path):
     per_baseline = {"time_to_peak", "speedup", "speedup_ci95", "verdict", "steps_to_peak",
                     "steps_ratio", "steps_ratio_ci95", "steps_verdict", "p_better_at_end",
                     "p_better_at_end_ci95", "seeds_variant", "seeds_baseline",
-                    "paired_seeds", "paired_wins", "paired_diff", "paired_diff_ci95", "paired_p"}
+                    "paired_seeds", "paired_wins", "paired_diff", "paired_diff_ci95", "paired_p",
+                    "paired_detectable"}
     assert set(row["vs"]["grpo"]) == per_baseline
     top = per_baseline - {"time_to_peak", "steps_to_peak", "seeds_variant", "paired_seeds",
-                          "paired_wins", "paired_diff", "paired_diff_ci95", "paired_p"}
+                          "paired_wins", "paired_diff", "paired_diff_ci95", "paired_p",
+                          "paired_detectable"}
     assert top | {"time_to_baseline_peak", "steps_to_baseline_peak", "seeds"} <= set(row)
     assert row["variant"] == "pods" and row["speedup_ci95"] == row["vs"]["grpo"]["speedup_ci95"]

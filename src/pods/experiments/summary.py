@@ -157,7 +157,7 @@ def _itself(by_time: Seeds, by_step: Seeds) -> dict[str, Any]:
             "p_better_at_end": None, "p_better_at_end_ci95": None,
             "seeds_variant": by_time.k, "seeds_baseline": by_time.k,
             "paired_seeds": by_time.k, "paired_wins": 0, "paired_diff": None,
-            "paired_diff_ci95": None, "paired_p": None}
+            "paired_diff_ci95": None, "paired_p": None, "paired_detectable": None}
 
 
 def baseline_names(value: Any) -> list[str]:

@@ -81,14 +81,17 @@ def _bound(x: float) -> str:
 
 
 def paired_cell(v: dict[str, Any]) -> str:
-    """"+10.0 [-3.2, 23.2] (5 seeds, 4 higher, sign-flip p = 0.188)"; "-" against itself
-    or with no seed in common."""
+    """"+10.0 [-3.2, 23.2] (5 seeds, 4 higher, sign-flip p = 0.188, 80% power at ±18.4)";
+    "-" against itself or with no seed in common."""
     if v.get("paired_diff") is None:
         return "-"
     ci = v["paired_diff_ci95"]
     band = "" if ci is None else f" [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
     k = v["paired_seeds"]
     p = "" if v.get("paired_p") is None else f", sign-flip p = {v['paired_p']:.3f}"
+    if v.get("paired_detectable") is not None:  # beyond 1: no accuracy difference is found
+        x = v["paired_detectable"]
+        p += f", 80% power at ±{100 * x:.1f}" if x <= 1 else ", 80% power beyond ±100"
     return f"{100 * v['paired_diff']:+.1f}{band} ({k} seed{'s' if k > 1 else ''}, " \
            f"{v['paired_wins']} higher{p})"
 
