@@ -18,7 +18,7 @@ from runs import flat
     (dict(lr_schedule="step"), "unknown lr_schedule 'step'; use one of constant, linear, cosine"),
     (dict(parallelism="zero3"), "unknown parallelism 'zero3'; use one of ddp, fsdp2"),
     (dict(dtype="fp8"), "unknown dtype 'fp8'; use one of auto, float32, bfloat16, float16"),
-    (dict(mixed_precision="fp16"), "unknown mixed_precision 'fp16'; use one of no, bf16"),
+    (dict(mixed_precision="fp16"), "unknown mixed_precision 'fp16'; use one of no, bf16, auto"),
     (dict(loss_norm=3), "unknown loss_norm 3; use one of sequence, token, constant"),
     (dict(selection="batch", rule="random"), "selection batch chooses max-variance subsets "
                                              "of any size, not rule 'random'"),

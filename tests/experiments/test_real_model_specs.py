@@ -30,7 +30,7 @@ def test_the_spec_runs_scaled_down(chat_model_dir, tmp_path):
         saved = load_yaml(run / "config.yaml")
         kept = {k: v for k, v in fields.items() if k not in SCALED}  # n, m, rule, micro-batch
         assert {k: saved[k] for k in kept} == kept and kept
-        assert saved["mixed_precision"] == "bf16" and saved["word_levels"] == "1,2"
+        assert saved["mixed_precision"] == "auto" and saved["word_levels"] == "1,2"
     assert (out / "summary.md").is_file()
 
 

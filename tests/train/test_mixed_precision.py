@@ -9,7 +9,7 @@ from pods.config import ModelConfig, from_dict
 from pods.models.logprobs import completion_logprobs
 from pods.models.merge import merged_state_dict
 from pods.models.policy import add_lora
-from pods.models.precision import SamplingCopy, autocast
+from pods.models.precision import SamplingCopy, autocast, resolve_mixed_precision
 from pods.rollout import HFEngine, sample_keys
 from pods.runs.metrics import read_metrics
 from pods.train.run import resume, train
@@ -126,3 +126,42 @@ def test_the_hf_engine_samples_from_the_copy_until_synced(tiny_model_dir):
 def test_mixed_precision_settings_that_cannot_work_are_refused(flat, message):
     with pytest.raises(ValueError, match=message):
         from_dict({"mixed_precision": "bf16", **flat})
+
+
+@pytest.mark.parametrize("support, expected", [
+    ("amx", "bf16"), ("avx512_bf16", "bf16"), ("none", "no"), ("unknown", "no")])
+def test_auto_is_bf16_only_where_the_cpu_computes_it_natively(monkeypatch, support, expected):
+    monkeypatch.setattr("pods.runtime.machine.cpu_bf16", lambda: support)
+    cpu = torch.device("cpu")
+    assert resolve_mixed_precision("auto", cpu) == expected
+    assert (resolve_mixed_precision("no", cpu), resolve_mixed_precision("bf16", cpu)) == \
+        ("no", "bf16")  # asked for explicitly: kept, wherever it runs
+
+
+@pytest.mark.parametrize("supported, expected", [(True, "bf16"), (False, "no")])
+def test_auto_on_a_gpu_follows_its_bf16_support(monkeypatch, supported, expected):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: supported)
+    assert resolve_mixed_precision("auto", torch.device("cuda")) == expected
+
+
+@pytest.mark.parametrize("support, same_as", [("avx512_bf16", MIXED), ("none", {})])
+def test_an_auto_run_computes_as_resolved_keeps_auto_and_resumes(tiny_model_dir, tmp_path,
+                                                                 monkeypatch, support,
+                                                                 same_as):
+    """auto on a CPU said to compute bf16 natively trains bit for bit as bf16 does, and on
+    one said to emulate it as float32 does; the run folder keeps "auto", so a resume
+    resolves it again (here, the same) and is not refused as a changed setting."""
+    monkeypatch.setattr("pods.runtime.machine.cpu_bf16", lambda: support)
+    auto, lines = dict(mixed_precision="auto", device="cpu"), []
+    whole = train(config(tiny_model_dir, tmp_path, max_steps=2, run_name="auto", **auto),
+                  log=lines.append)
+    twin = train(config(tiny_model_dir, tmp_path, max_steps=2, run_name="twin", **same_as))
+    part = train(config(tiny_model_dir, tmp_path, max_steps=1, run_name="part", **auto))
+    resume(part, {"max_steps": 2})
+    resolved = "bf16" if same_as else "no"
+    assert any(line.startswith(f"mixed precision auto: {resolved} ") for line in lines), lines
+    assert "mixed_precision: auto" in (whole / "config.yaml").read_text()
+    a = _saved(whole / "checkpoints" / "step_000002" / "model")
+    for other in (twin, part):
+        b = _saved(other / "checkpoints" / "step_000002" / "model")
+        assert all(torch.equal(a[k], b[k]) for k in a), other.name

@@ -22,7 +22,7 @@ from typing import Any, Literal, get_args
 # components' own: rules in pods.core.downsample, tasks in pods.tasks, engines in
 # pods.rollout, trackers in pods.tracking.)
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
-MixedPrecision = Literal["no", "bf16"]
+MixedPrecision = Literal["no", "bf16", "auto"]
 Parallelism = Literal["ddp", "fsdp2"]
 Schedule = Literal["constant", "linear", "cosine"]
 RewardErrors = Literal["raise", "zero"]

@@ -33,14 +33,14 @@ class ModelConfig:
                                  "float. None: a --model ending in .gguf names the file itself.")
     dtype: Dtype = leaf("auto", "Weights dtype: float32, bfloat16, float16, or auto (bfloat16 on a "
                         "GPU that supports it, else float32).")
-    mixed_precision: MixedPrecision = leaf("no", "bf16: keep float32 weights (the optimizer's "
-                                           "master copy) and compute in bfloat16: the update's "
-                                           "forward passes under autocast, the hf engine sampling "
-                                           "from a bfloat16 copy refreshed after each update, the "
-                                           "vllm engine in bfloat16. About 2x faster updates on "
-                                           "CPUs with bf16 instructions (AVX-512 BF16, AMX) and on "
-                                           "GPUs; no: compute in the weights' dtype. Needs --dtype "
-                                           "float32 (or auto).")
+    mixed_precision: MixedPrecision = leaf(
+        "no", "bf16: keep float32 weights (the optimizer's master copy) and compute in "
+        "bfloat16: the update's forward passes under autocast, the hf engine sampling from a "
+        "bfloat16 copy refreshed after each update, the vllm engine in bfloat16. About 2x "
+        "faster updates on CPUs with bf16 instructions (AVX-512 BF16, AMX) and on GPUs, and "
+        "far slower on CPUs without them (emulated); no: compute in the weights' dtype; auto: "
+        "bf16 where the device computes bf16 natively (a GPU with bf16, a CPU with AVX-512 "
+        "BF16 or AMX), else no. Needs --dtype float32 (or auto).")
     lora_rank: int = leaf(0, "LoRA rank; 0 = full fine-tuning (the paper's single-GPU runs: 64).")
     lora_alpha: float = leaf(64.0, "LoRA alpha (the paper: 64).")
     lora_dropout: float = leaf(0.0, "LoRA dropout.")

@@ -85,8 +85,9 @@ def slow_bf16(device, dtype: str, mixed_precision: str) -> str | None:
         return None
     return ("this CPU has neither AVX-512 BF16 nor AMX: torch emulates bf16 matmuls, tens "
             "to hundreds of times slower than float32 (1 vs 103 GFLOP/s measured on such a "
-            "2-core AMD EPYC). Train in float32 here (--dtype float32 --mixed-precision no), "
-            "or on a CPU with AVX-512 BF16 or AMX.")
+            "2-core AMD EPYC). Train in float32 here (--dtype float32 --mixed-precision no; "
+            "--mixed-precision auto picks bf16 only where it is native), or on a CPU with "
+            "AVX-512 BF16 or AMX.")
 
 
 def differences(a: dict[str, Any], b: dict[str, Any], fields=KEY) -> list[str]:

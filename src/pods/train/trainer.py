@@ -23,7 +23,7 @@ from pods.core.rollout_inputs import completion_lengths, rule_inputs
 from pods.core.selection import select
 from pods.evaluation import Sampling, eval_slice, evaluate
 from pods.models.policy import load_policy, load_saved_policy
-from pods.models.precision import autocast, compute_dtype
+from pods.models.precision import autocast, compute_dtype, resolve_mixed_precision
 from pods.models.source import check_source
 from pods.rollout import EngineSpec, make_engine, resolve_engine, sample_keys
 from pods.rollout.prompts import fitting_splits, render_prompts
@@ -66,7 +66,14 @@ class Trainer:
         self.cfg = config
         self.log = log if self.dist.is_main else silent
         self.device = self.dist.device
-        if slow := slow_bf16(self.device, config.model.dtype, config.model.mixed_precision):
+        # the precision steps compute in here ("auto" resolved); cfg keeps what was asked,
+        # so a run resumed on another machine resolves it there
+        self.precision = resolve_mixed_precision(config.model.mixed_precision, self.device)
+        if config.model.mixed_precision == "auto":
+            native = "native" if self.precision == "bf16" else "not native"
+            self.log(f"mixed precision auto: {self.precision} (bf16 matmuls {native} on this "
+                     f"{self.device.type}; pods env says why)")
+        if slow := slow_bf16(self.device, config.model.dtype, self.precision):
             self.log(f"warning: {slow}")  # bf16 emulated on this CPU: far slower than float32
         torch.manual_seed(config.run.seed)
         keep_freed_memory()  # freed activations reused by the next update (pods.runtime.speed)
@@ -87,7 +94,7 @@ class Trainer:
             config.rollout, self.device,
             max_model_len=config.task.max_prompt_tokens + config.rollout.max_new_tokens,
             seed=config.run.seed, world=self.dist.world, sharded=self.dist.sharded,
-            dtype=compute_dtype(config.model.mixed_precision)), self.model, self.tokenizer)
+            dtype=compute_dtype(self.precision)), self.model, self.tokenizer)
         limit = config.task.max_prompt_tokens
         self.train_set, test, self.dropped = fitting_splits(self.tokenizer, self.task, limit)
         self.test_set = eval_slice(test, config.eval.offset, config.eval.size)
@@ -181,7 +188,7 @@ class Trainer:
         losses, lr = {}, self._set_lr()
         if sampled.signal:  # else every kept advantage is 0: no update (optim/skipped 1)
             with self.clock.phase("update"), self.engine.asleep(), \
-                    autocast(self.device, self.cfg.model.mixed_precision):
+                    autocast(self.device, self.precision):
                 losses = policy_update(self.wrapped, self.ref_model, self.optimizer,
                                        sampled.kept, self.update_spec, self.dist)
             with self.clock.phase("sync"):  # the engine samples from the new weights
