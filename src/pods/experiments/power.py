@@ -12,11 +12,11 @@ what its verdict can mean:
   difference is larger than any plausible effect can only say "not distinguishable".
 - **Missing seeds.** When some planned seeds were not run, could any results of theirs have
   turned "not distinguishable" into a verdict, or undone one? ``missing_seed_fills`` scans
-  every completion on a grid of feasible differences and returns the smallest size a
-  missing difference must reach for the t-interval to exclude 0 on either side (or to stop
-  excluding it), None where no completion does.
-  The exact sign-flip p-value needs no scan: with 5 seeds it is at least 2/32 = 0.0625,
-  whatever the fifth (``intervals.sign_flip_p``).
+  every completion on a grid of feasible differences and returns the range of sizes a
+  missing difference must have for the t-interval to exclude 0 on either side, or the
+  smallest that stops it excluding 0; None where no completion does. The exact sign-flip
+  p-value needs no scan: with 5 seeds it is at least 2/32 = 0.0625, whatever the fifth
+  (``intervals.sign_flip_p``).
 
 Everything takes plain numbers or arrays of differences.
 """
