@@ -214,11 +214,12 @@ def paired_difference(a: dict[str, float], b: dict[str, float]) -> dict[str, Any
                            "paired_detectable": None}
     if len(d) >= 2:
         out["paired_p"] = sign_flip_p(d)
-        if d.std(ddof=1) > TOL:
-            out["paired_detectable"] = detectable_difference(float(d.std(ddof=1)), len(d))
+        sd = float(d.std(ddof=1))  # the spread of the differences between seeds
+        if sd > TOL:
+            out["paired_detectable"] = detectable_difference(sd, len(d))
         from scipy.stats import t
 
-        half = t.ppf(0.5 + CONFIDENCE / 2, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+        half = t.ppf(0.5 + CONFIDENCE / 2, len(d) - 1) * sd / np.sqrt(len(d))
         out["paired_diff_ci95"] = [float(d.mean() - half), float(d.mean() + half)]
     return out
 

@@ -31,9 +31,9 @@ def resolve_mixed_precision(name: str, device: torch.device) -> str:
         return name
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "no"
-    from pods.runtime.machine import cpu_bf16
+    from pods.runtime.machine import NATIVE_BF16, cpu_bf16
 
-    return "bf16" if device.type == "cpu" and cpu_bf16() in ("amx", "avx512_bf16") else "no"
+    return "bf16" if device.type == "cpu" and cpu_bf16() in NATIVE_BF16 else "no"
 
 
 def compute_dtype(mixed_precision: str) -> torch.dtype | None:

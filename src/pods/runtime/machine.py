@@ -33,6 +33,9 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+NATIVE_BF16 = ("amx", "avx512_bf16")  # the cpu_bf16 answers where bf16 runs in hardware
+
+
 def cpu_bf16() -> str:
     """How this CPU multiplies bf16: "amx", "avx512_bf16", "none" (torch emulates it: tens
     to hundreds of times slower than float32) or "unknown" (not x86, or an older torch)."""
