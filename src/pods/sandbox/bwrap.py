@@ -16,7 +16,7 @@ from pods.sandbox.commands import (
     tools,
     warn_once,
 )
-from pods.sandbox.rootfs import Entry, entries, under
+from pods.sandbox.rootfs import PRIVATE_TMPFS, Entry, entries, inside_private, under
 
 HIDE_TMPFS_BYTES = 4096
 # as root: the working folder (made by bwrap, owned by root) goes to the program's uid
@@ -28,11 +28,11 @@ def bwrap_has(path: str, option: str) -> bool:
     return option in tool_output(path, "--help")
 
 
-def root_options(plan: tuple[Entry, ...], sized: bool) -> list[str]:
+def root_options(plan: tuple[Entry, ...], sized: bool, made: tuple[str, ...] = ()) -> list[str]:
     """The plan's entries as bwrap options, each after the folders on its way (made mode
-    0755: bwrap would make them 0700, closed to the program's uid)."""
+    0755: bwrap would make them 0700, closed to the program's uid) but those in ``made``."""
     argv: list[str] = []
-    made: set[str] = set()
+    made = set(made)
     for e in plan:
         parts = e.path.strip("/").split("/")[:-1]
         for i in range(len(parts)):
@@ -78,11 +78,13 @@ def bwrap_argv(code_fd: int, code_len: int, workdir: str, limits: Limits, *,
                   "a tmpfs: a program may fill /tmp until memory runs out; install "
                   "bubblewrap 0.7+")
     disk = ["--size", str(limits.disk_mb << 20)] if sized else []
+    outside, inside = inside_private(plan)
     argv = [paths["bwrap"], *_namespaces(paths["bwrap"]),
-            *root_options(plan, sized),
+            *root_options(outside, sized),
             "--dev", "/dev", "--proc", "/proc",
             *disk, "--perms", "1777", "--tmpfs", "/tmp",
             *disk, "--perms", "1777", "--tmpfs", "/dev/shm",
+            *root_options(inside, sized, made=("/dev", *PRIVATE_TMPFS)),
             "--perms", "0700", "--dir", workdir,
             "--perms", "0444", "--file", str(code_fd), f"{workdir}/main.py",
             "--remount-ro", "/", "--chdir", workdir, "--"]

@@ -9,7 +9,9 @@ What a program sees, and nothing else of the host:
                                  folder (standard library, extension modules, its own
                                  site-packages), read-only, when they live outside /usr
     /proc, /dev, /tmp, /dev/shm  added by the modes: its own procfs, a few device nodes,
-                                 private size-limited tmpfs (the working folder is in /tmp)
+                                 private size-limited tmpfs (the working folder is in /tmp);
+                                 a bound path inside /tmp or /dev/shm (an environment under
+                                 /tmp) is mounted after their tmpfs, which would cover it
 
 The root itself is an empty read-only tmpfs, so /home, /root, /run (host sockets, the
 user's runtime folder and D-Bus bus), /var, /srv, /mnt, /media, /opt, the run folder, the
@@ -35,6 +37,7 @@ ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime")
 NEEDED = ("/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32",
           "/usr/libexec")  # never covered, even where a caller's folder lies inside
 MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one lookup
+PRIVATE_TMPFS = ("/tmp", "/dev/shm")  # each mode mounts a private tmpfs of its own here
 
 
 class SandboxUnavailable(RuntimeError):
@@ -159,6 +162,14 @@ def entries(site_packages: bool = False) -> tuple[Entry, ...]:
     hide = [f for f in _caller_folders() if any(under(f, s) and f != s for s in system)
             and not any(under(f, n) or under(n, f) for n in needed)]
     return plan + tuple(Entry("hide", f) for f in hide)
+
+
+def inside_private(plan: tuple[Entry, ...]) -> tuple[tuple[Entry, ...], tuple[Entry, ...]]:
+    """``plan`` in two, order kept: what the modes mount before their private /tmp and
+    /dev/shm, and what lies inside those (a caller's environment under /tmp, bound for
+    ``site_packages``), to be mounted after them: their tmpfs would otherwise cover it."""
+    inside = tuple(e for e in plan if any(under(e.path, t) for t in PRIVATE_TMPFS))
+    return tuple(e for e in plan if e not in inside), inside
 
 
 def exposed(plan: tuple[Entry, ...]) -> list[str]:

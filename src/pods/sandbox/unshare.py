@@ -29,7 +29,7 @@ from pods.sandbox.commands import (
     tool_output,
     tools,
 )
-from pods.sandbox.rootfs import SYSTEM_DIRS, Entry, entries
+from pods.sandbox.rootfs import SYSTEM_DIRS, Entry, entries, inside_private
 
 NEW_ROOT = "/tmp"  # where the new root's tmpfs is mounted before pivot_root (private ns)
 FSTAB = "/.pods-fstab"  # the mounts, in the new root until pivot_root, then removed
@@ -112,27 +112,38 @@ def _link_lines(links: list[tuple[str, str]]) -> list[str]:
         + lines
 
 
+def _layout_lines(mount: str, layout: Layout) -> list[str]:
+    """Make the layout's folders, files and links, then every mount at once from an fstab
+    (a few processes instead of one per mount)."""
+    q, r = shlex.quote, NEW_ROOT
+    folders, files, links, mounts = layout
+    fstab = [" ".join((_fstab_field(src), _fstab_field(dst), kind, options, "0 0"))
+             for src, dst, kind, options in mounts]
+    lines = [f"mkdir -p -- {shlex.join(dict.fromkeys(folders))}"] if folders else []
+    lines += [f": >{q(f)}" for f in files]
+    lines += _link_lines(links)
+    lines.append(f"printf '%s\\n' {shlex.join(fstab)} >{q(r + FSTAB)}")
+    lines.append(f"{mount} --no-canonicalize -a -T {q(r + FSTAB)}")
+    return lines
+
+
 def _root_lines(mount: str, plan: tuple[Entry, ...], disk_mb: int) -> list[str]:
     """Open the plan's non-system sources (they may lie under NEW_ROOT, which the new root
-    covers), mount the root tmpfs, make its folders, files and links, then every mount at
-    once from an fstab (a few processes instead of one per mount)."""
+    covers), mount the root tmpfs, lay out the plan and the special mounts, then what of
+    the plan lies inside the private /tmp or /dev/shm (their tmpfs would cover it)."""
     q, r = shlex.quote, NEW_ROOT
     by_fd = [e.path for e in plan if e.kind == "bind" and e.path not in SYSTEM_DIRS
              and not e.path.startswith("/etc/")]
     if len(by_fd) > LAST_FD - FIRST_FD + 1:
         raise SandboxUnavailable(f"unshare: too many interpreter paths to bind: {by_fd}")
     fds = {path: fd for fd, path in enumerate(by_fd, start=FIRST_FD)}
-    folders, files, links, mounts = (a + b for a, b in zip(
-        _plan_mounts(plan, fds), _special_mounts(disk_mb), strict=True))
-    fstab = [" ".join((_fstab_field(src), _fstab_field(dst), kind, options, "0 0"))
-             for src, dst, kind, options in mounts]
+    outside, inside = inside_private(plan)
     lines = [f"exec {fd}<{q(path)}" for path, fd in fds.items()]
     lines.append(f"{mount} -t tmpfs -o {ROOT_TMPFS} pods-root {r}")
-    lines.append(f"mkdir -p -- {shlex.join(dict.fromkeys(folders))}")
-    lines += [f": >{q(f)}" for f in files]
-    lines += _link_lines(links)
-    lines.append(f"printf '%s\\n' {shlex.join(fstab)} >{q(r + FSTAB)}")
-    lines.append(f"{mount} --no-canonicalize -a -T {q(r + FSTAB)}")
+    lines += _layout_lines(mount, tuple(a + b for a, b in zip(
+        _plan_mounts(outside, fds), _special_mounts(disk_mb), strict=True)))
+    if inside:
+        lines += _layout_lines(mount, _plan_mounts(inside, fds))
     lines += [f"exec {fd}<&-" for fd in fds.values()]
     return lines
 
