@@ -8,6 +8,9 @@
 
 PYTHON ?= python3
 VENV ?= .venv
+# pytest-xdist workers for the core suite; tests/conftest.py gives each its share of the
+# cores (2 on a 2-core machine halves the suite's time: most tests use one core)
+TEST_WORKERS ?= 2
 PY := $(VENV)/bin/python
 # Which torch to install if the venv has none. Without an NVIDIA driver we pin the CPU
 # release 2.13.0 (a CPU wheel where one is cached); with one, pip's newest build is used.
@@ -40,7 +43,7 @@ docs-serve: $(VENV)/.installed
 	PYTHONPATH=src NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
 
 test: lint docs
-	$(PY) -m pytest -q -m "not vllm and not verl" --durations=15
+	$(PY) -m pytest -q -m "not vllm and not verl" -n $(TEST_WORKERS) --dist loadgroup --durations=15
 	$(VENV)/bin/tox -e vllm
 	$(VENV)/bin/tox -e verl
 

@@ -29,6 +29,14 @@ def tiny_model_dir(tmp_path_factory):
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# Under pytest-xdist (`make test` runs the core suite on 2 workers): each worker's torch, and
+# the processes it starts, get their share of the cores; two processes whose OpenMP
+# threads each take every core slow each other several times over.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if WORKERS > 1:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // WORKERS))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 
 @pytest.fixture(autouse=True)
 def _toy_task(monkeypatch):

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -20,6 +21,9 @@ from pods.config import load_yaml
 from pods.models.policy import load_policy
 from pods.runs.metrics import read_metrics
 from runs import varied_rewards
+
+# pytest-xdist: on one worker, in turn (the model is fetched once a worker)
+pytestmark = pytest.mark.xdist_group("smollm2")
 
 BUDGET = ["--task", "arithmetic", "--n", "2", "--m", "2", "--prompts-per-step", "1",
           "--max-new-tokens", "8", "--eval-size", "2", "--eval-every", "1e9",

@@ -10,6 +10,9 @@ import pytest
 
 from doc_examples import SMOLLM2, examples, run_shell
 
+# pytest-xdist: on one worker, in turn (the model is fetched once a worker)
+pytestmark = pytest.mark.xdist_group("smollm2")
+
 CHEAP = ("--max-steps 2 --prompts-per-step 1 --n 2 --m 2 --max-new-tokens 8 --engine hf "
          "--eval-size 2 --eval-every 1e9 --checkpoint-every 1e9 --progress false")
 CHEAP_EVAL = "--eval-size 2 --repeats 1 --max-new-tokens 8"

@@ -16,6 +16,9 @@ from pods.runs.metrics import read_metrics
 from pods.runtime.distributed import Dist
 from pods.train.trainer import Trainer
 
+# pytest-xdist: on one worker, in turn (accelerate launch listens on a fixed port)
+pytestmark = pytest.mark.xdist_group("launch")
+
 
 def test_two_processes_match_one(tiny_model_dir, tmp_path):
     """Same seed and P: the same rollouts, selections, metrics and parameters; gradient

@@ -23,6 +23,9 @@ from pods.config import from_dict
 from pods.runtime import fsdp
 from pods.train.run import resume
 
+# pytest-xdist: on one worker, in turn (each test starts 2-3 processes of its own)
+pytestmark = pytest.mark.xdist_group("launch")
+
 FIELDS = dict(micro_batch_size=2, loss_norm="token", parallelism="fsdp2")
 GENERATE = Path(__file__).parent / "fsdp_generate.py"
 
