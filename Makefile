@@ -42,8 +42,16 @@ docs: $(VENV)/.installed
 docs-serve: $(VENV)/.installed
 	PYTHONPATH=src NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
 
+# The tox environments are built (pip, mostly waiting on downloads and disk) while the core
+# suite runs; their log is .tox/build.log, printed if a build fails.
 test: lint docs
-	$(PY) -m pytest -q -m "not vllm and not verl" -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	@mkdir -p .tox; ($(VENV)/bin/tox run -e vllm,verl --notest >.tox/build.log 2>&1) & \
+	build=$$!; \
+	$(PY) -m pytest -q -m "not vllm and not verl" -n $(TEST_WORKERS) --dist loadgroup \
+	    --durations=15; core=$$?; \
+	if ! wait $$build; then echo "building .venv-vllm/ or .venv-verl/ failed:"; \
+	    tail -n 40 .tox/build.log; exit 1; fi; \
+	exit $$core
 	$(VENV)/bin/tox -e vllm
 	$(VENV)/bin/tox -e verl
 
