@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     except (RankFailure, CheckpointWriteError) as error:  # say where the run stands
         print(f"pods {args.command}: error: {error}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # a run has said above what it kept (pods.train.run)
+    except KeyboardInterrupt:  # a run has said above what it kept (pods.train.loop)
         go_on = {"train": " (continue the run with `pods train --resume RUN_DIR`)",
                  "compare": " (run the same `pods compare` again to continue)"}
         print(f"interrupted{go_on.get(args.command, '')}.", file=sys.stderr)

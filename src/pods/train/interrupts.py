@@ -3,7 +3,7 @@ lose work.
 
 Most of a step (generating, scoring, selecting) and every evaluation can be dropped and
 redone: Ctrl-C there raises KeyboardInterrupt at once, and the run rewinds the step under
-way and checkpoints the last complete one (``pods.train.run``). Two places cannot be
+way and checkpoints the last complete one (``pods.train.loop``). Two places cannot be
 dropped without loss, so Ctrl-C inside them is held until they end:
 
 - the update, from the first optimizer step to the step's record in metrics.jsonl: the

@@ -8,7 +8,7 @@ only. Selection happens before any training-side forward pass, so update costs s
 The training clock counts generation, scoring, selection and update; evaluation and
 checkpointing are excluded (as in the paper), so curves over "training time" compare methods
 fairly however often they are evaluated. The run around the steps (evaluation schedule,
-checkpoints, resume, stopping on a failure) is ``pods.train.run``.
+checkpoints, stopping on a failure): ``pods.train.loop``; start and resume: ``pods.train.run``.
 """
 
 from __future__ import annotations
@@ -250,7 +250,7 @@ class Trainer:
         self.load_state_dict(state, checkpoint)
         return state
 
-    # ---- the trainer's state, for checkpoints and stopping (pods.train.run) -------------
+    # ---- the trainer's state, for checkpoints and stopping (pods.train.loop) ------------
     def state_dict(self) -> dict:
         """What a checkpoint holds of the trainer besides the weights: optimizer (None
         under FSDP2: the ranks' shards hold it), step count, clock and random streams."""
