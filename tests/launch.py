@@ -34,11 +34,12 @@ def launcher(procs: int, accelerate: bool = False) -> list[str]:
     return [sys.executable, str(WORKER)]
 
 
-def pods(args: list[str], procs: int, timeout: float = 240,
-         accelerate: bool = False) -> subprocess.CompletedProcess:
-    """`pods ARGS`, launched as ``launcher`` says; it must succeed."""
-    done = subprocess.run(launcher(procs, accelerate) + args, env=ENV, capture_output=True,
-                          text=True, timeout=timeout)
+def pods(args: list[str], procs: int, timeout: float = 240, accelerate: bool = False,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`pods ARGS`, launched as ``launcher`` says (``env``: added to ``ENV``); it must
+    succeed."""
+    done = subprocess.run(launcher(procs, accelerate) + args, env={**ENV, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 

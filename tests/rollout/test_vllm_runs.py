@@ -10,13 +10,22 @@ from launch import assert_same_run, pods, train_args
 from pods.runs.metrics import read_metrics
 
 pytestmark = pytest.mark.vllm
+# Each run here is a new process, and vLLM's CPU build compiles the model with inductor in
+# each (about 28 s of a 2-core machine's time, caches cold, as in CI). VLLM_CPU_CI_ENV (what
+# vLLM's own CPU CI sets) keeps the graph capture but runs it eagerly. What these tests
+# check (the gap, resume, DDP, eval, LoRA sync) does not depend on the backend; the compiled
+# model is tested in process: tests/rollout/test_vllm.py and test_smollm2_vllm.py.
+
+
+def vllm_pods(args: list[str], procs: int):
+    return pods(args, procs, env={"VLLM_CPU_CI_ENV": "1"})
 
 
 @pytest.fixture(scope="module")
 def whole(vllm_model_dir, tmp_path_factory):
     """A 4-step run with the vllm engine, on one process."""
     out = tmp_path_factory.mktemp("vllm-runs")
-    pods(train_args(vllm_model_dir, out, "whole", max_steps=4, engine="vllm"), procs=1)
+    vllm_pods(train_args(vllm_model_dir, out, "whole", max_steps=4, engine="vllm"), procs=1)
     return out / "whole"
 
 
@@ -31,19 +40,19 @@ def test_a_vllm_run_logs_the_logprob_gap_and_the_sync(whole):
 
 def test_a_resumed_vllm_run_continues_the_same_run(whole, vllm_model_dir, tmp_path):
     """2 steps, then --resume to 4 = the 4-step run: the engine takes the restored weights."""
-    pods(train_args(vllm_model_dir, tmp_path, "part", max_steps=2, engine="vllm"), procs=1)
-    pods(["train", "--resume", str(tmp_path / "part"), "--max-steps", "4"], procs=1)
+    vllm_pods(train_args(vllm_model_dir, tmp_path, "part", max_steps=2, engine="vllm"), procs=1)
+    vllm_pods(["train", "--resume", str(tmp_path / "part"), "--max-steps", "4"], procs=1)
     assert_same_run(whole, tmp_path / "part", step=4)
 
 
 def test_two_processes_with_an_engine_each_match_one(whole, vllm_model_dir, tmp_path):
-    pods(train_args(vllm_model_dir, tmp_path, "two", max_steps=4, engine="vllm"), procs=2)
+    vllm_pods(train_args(vllm_model_dir, tmp_path, "two", max_steps=4, engine="vllm"), procs=2)
     assert_same_run(whole, tmp_path / "two", step=4)
 
 
 def test_pods_eval_with_the_vllm_engine(whole):
     """`pods eval` greedy on the run's test problems gives the run's own final evaluation."""
-    done = pods(["eval", str(whole), "--engine", "vllm", "--repeats", "1",
+    done = vllm_pods(["eval", str(whole), "--engine", "vllm", "--repeats", "1",
                  "--eval-temperature", "0", "--eval-size", "8", "--json"], procs=1)
     lines = done.stdout.splitlines()  # the JSON object comes last, after vLLM's own lines
     start = len(lines) - 1 - lines[::-1].index("{")
@@ -56,7 +65,7 @@ def test_pods_eval_with_the_vllm_engine(whole):
 def test_a_lora_run_syncs_the_merged_adapter_every_step(vllm_model_dir, tmp_path):
     """With LoRA the engine gets base + adapter after every step: the gap stays at float
     noise while the adapter moves the policy away from the base model."""
-    pods(train_args(vllm_model_dir, tmp_path, "lora", max_steps=3, engine="vllm",
+    vllm_pods(train_args(vllm_model_dir, tmp_path, "lora", max_steps=3, engine="vllm",
                     lora_rank=4, lora_alpha=8, lr=0.05), procs=1)
     steps = read_metrics(tmp_path / "lora" / "metrics.jsonl", "step")
     assert len(steps) == 3 and all(r["rollout/logprob_gap"] < 1e-4 for r in steps)
