@@ -20,6 +20,12 @@ SAME = ("rollout/reward_mean", "select/reward_mean", "select/var_kept", "select/
 
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+# vLLM's CPU build compiles the model with inductor in every new process (about 28 s of a
+# 2-core machine's time, caches cold, as in CI). VLLM_CPU_CI_ENV, what vLLM's own CPU CI
+# sets, keeps the graph capture but runs it eagerly: for the tests that start a process per
+# run, whose checks do not depend on the backend. The compiled model is tested in process
+# (tests/rollout/test_vllm.py, tests/models/test_smollm2_vllm.py).
+EAGER_VLLM = {"VLLM_CPU_CI_ENV": "1"}
 
 
 def launcher(procs: int, accelerate: bool = False) -> list[str]:

@@ -12,6 +12,7 @@ import torch
 
 pytest.importorskip("trl")
 
+from launch import EAGER_VLLM  # noqa: E402
 from pods.core.advantages import group_advantages  # noqa: E402
 from pods.core.downsample import downsample  # noqa: E402
 from pods.integrations.trl import PODSGRPOConfig, PODSGRPOTrainer, _take_rows  # noqa: E402
@@ -263,8 +264,7 @@ def test_vllm_colocate_mode_keeps_the_contract(vllm_model_dir, tmp_path, procs):
     still only the m kept of each group's n reach the loss, with advantages over them."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT / "src"),
-           "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-           "VLLM_CPU_CI_ENV": "1"}  # no inductor compile (tests/rollout/test_vllm_runs.py)
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0", **EAGER_VLLM}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                "--nproc_per_node", str(procs), str(HERE / "trl_contract.py"),
                "--model", vllm_model_dir, "--out", str(tmp_path), "--vllm-colocate"]

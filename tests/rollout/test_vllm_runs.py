@@ -6,19 +6,15 @@ import json
 
 import pytest
 
-from launch import assert_same_run, pods, train_args
+from launch import EAGER_VLLM, assert_same_run, pods, train_args
 from pods.runs.metrics import read_metrics
 
 pytestmark = pytest.mark.vllm
-# Each run here is a new process, and vLLM's CPU build compiles the model with inductor in
-# each (about 28 s of a 2-core machine's time, caches cold, as in CI). VLLM_CPU_CI_ENV (what
-# vLLM's own CPU CI sets) keeps the graph capture but runs it eagerly. What these tests
-# check (the gap, resume, DDP, eval, LoRA sync) does not depend on the backend; the compiled
-# model is tested in process: tests/rollout/test_vllm.py and test_smollm2_vllm.py.
 
 
 def vllm_pods(args: list[str], procs: int):
-    return pods(args, procs, env={"VLLM_CPU_CI_ENV": "1"})
+    """`pods ARGS` in a new process, vLLM's compile skipped (launch.EAGER_VLLM)."""
+    return pods(args, procs, env=EAGER_VLLM)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +49,7 @@ def test_two_processes_with_an_engine_each_match_one(whole, vllm_model_dir, tmp_
 def test_pods_eval_with_the_vllm_engine(whole):
     """`pods eval` greedy on the run's test problems gives the run's own final evaluation."""
     done = vllm_pods(["eval", str(whole), "--engine", "vllm", "--repeats", "1",
-                 "--eval-temperature", "0", "--eval-size", "8", "--json"], procs=1)
+                      "--eval-temperature", "0", "--eval-size", "8", "--json"], procs=1)
     lines = done.stdout.splitlines()  # the JSON object comes last, after vLLM's own lines
     start = len(lines) - 1 - lines[::-1].index("{")
     result = json.loads("\n".join(lines[start:]))["even_start"]
