@@ -18,7 +18,8 @@ from runs import flat
     (dict(lr_schedule="step"), "unknown lr_schedule 'step'; use one of constant, linear, cosine"),
     (dict(parallelism="zero3"), "unknown parallelism 'zero3'; use one of ddp, fsdp2"),
     (dict(dtype="fp8"), "unknown dtype 'fp8'; use one of auto, float32, bfloat16, float16"),
-    (dict(mixed_precision="fp16"), "unknown mixed_precision 'fp16'; use one of no, bf16, auto"),
+    (dict(mixed_precision="fp16"),
+     "unknown mixed_precision 'fp16'; use one of gpu, no, bf16, auto"),
     (dict(loss_norm=3), "unknown loss_norm 3; use one of sequence, token, constant"),
     (dict(selection="batch", rule="random"), "selection batch chooses max-variance subsets "
                                              "of any size, not rule 'random'"),
@@ -252,7 +253,7 @@ def test_fixed_choices_are_written_once_as_literal_types():
               "parallelism": fields.PARALLELISMS, "lr_schedule": fields.SCHEDULES,
               "selection": SCOPES, "reward_errors": fields.REWARD_ERRORS,
               "code_reward": fields.CODE_REWARDS, "loss_norm": NORMS, "adv_scale": SCALES,
-              "is_correction": CORRECTIONS}
+              "is_correction": CORRECTIONS, "bf16_updates": fields.BF16_UPDATES}
     for key, names in tuples.items():
         assert typing.get_origin(LEAVES[key].hint) is typing.Literal, key
         assert LEAVES[key].choices == names and LEAVES[key].kind == "str", key

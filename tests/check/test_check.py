@@ -85,7 +85,8 @@ def test_check_tiny_on_cpu(cached_tiny, tmp_path, capsys):
     assert rows["ddp"]["reason"] == "needs 2+ GPUs"
     for name in ("hf-full", "hf-lora", "grpo-2/2"):
         row = rows[name]
-        assert row["steps"] == 2 and row["dtype"] == "float32"  # auto on a CPU
+        assert row["steps"] == 2  # auto on a CPU: float32 through and through
+        assert row["precision"] == "float32 weights, float32 compute"
         assert row["step_s"] > 0 and row["phases_s"]["generate"] > 0
         assert row["memory_mb"]["peak_rss_mb"] > 0 and row["eval_accuracy"] is not None
         assert (out / "runs" / name.replace("/", "_") / "checkpoints" / "latest").is_file()
@@ -93,7 +94,7 @@ def test_check_tiny_on_cpu(cached_tiny, tmp_path, capsys):
     assert ratio["pods"] == "4/2" and ratio["mode"] == "hf-full"
     assert ratio["value"] == pytest.approx(rows["hf-full"]["step_s"] / rows["grpo-2/2"]["step_s"])
     table = (out / "check.md").read_text()
-    assert "| hf-lora | passed | float32 |" in table
+    assert "| hf-lora | passed | float32 weights, float32 compute |" in table
     assert "| ddp | skipped |" in table and "step-time ratio PODS 4/2 : GRPO 2/2 = " in table
     assert table in printed
     sandbox = report["sandbox"]  # what the code tasks' sandbox can do for this caller

@@ -4,7 +4,7 @@ checkpoints hold the adapter, and `pods export` merges it into a standalone mode
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pods.cli.export import export_checkpoint
 from pods.config import from_dict
@@ -74,6 +74,29 @@ def test_export_of_a_full_fine_tune(tiny_model_dir, tmp_path):
     run = train(config(tiny_model_dir, tmp_path))
     out = export_checkpoint(run / "checkpoints" / "step_000002", tmp_path / "full")
     assert (out / "config.json").is_file() and (out / "tokenizer.json").is_file()
+    assert {t.dtype for t in load_file(out / "model.safetensors").values()} == {torch.float32}
+
+
+def test_export_writes_the_base_models_dtype_and_checkpoints_keep_float32(tiny_model_dir,
+                                                                          tmp_path):
+    """A base published in bfloat16 (as most hub models are) trains float32 weights (the
+    default), checkpoints them in float32 (an exact resume) and exports bfloat16, or the
+    dtype asked for."""
+    base = tmp_path / "bf16-base"
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    model.save_pretrained(base)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(base)
+    run = train(config(str(base), tmp_path))
+    checkpoint = run / "checkpoints" / "step_000002"
+    saved = load_file(checkpoint / "model" / "model.safetensors")
+    assert {t.dtype for t in saved.values()} == {torch.float32}
+    written = {dtype: load_file(export_checkpoint(run, tmp_path / dtype, dtype=dtype) /
+                                "model.safetensors")
+               for dtype in ("auto", "float32")}
+    assert {t.dtype for t in written["auto"].values()} == {torch.bfloat16}
+    assert {t.dtype for t in written["float32"].values()} == {torch.float32}
+    for key, value in written["float32"].items():  # the trained weights, as checkpointed
+        assert torch.equal(value, saved[key]), key
 
 
 @pytest.mark.parametrize("overrides, message", [

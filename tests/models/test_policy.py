@@ -4,12 +4,13 @@ import pytest
 import torch
 
 from pods.config import ModelConfig
-from pods.models.policy import is_adapter, load_policy, load_saved_policy, resolve_dtype
+from pods.models.policy import is_adapter, load_policy, load_saved_policy
+from pods.models.precision import weights_dtype
 
 
 def test_auto_dtype_is_float32_on_a_cpu():
-    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
-    assert resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16
+    assert weights_dtype(ModelConfig(), torch.device("cpu")) == torch.float32
+    assert weights_dtype(ModelConfig(dtype="bfloat16"), torch.device("cpu")) == torch.bfloat16
 
 
 def test_a_missing_model_says_what_to_pass(tmp_path):

@@ -126,3 +126,36 @@ def test_pods_inside_trl_on_the_model(offline, tmp_path, monkeypatch):
                   steps=1, rewards=[coin])
     assert len(records["full"][0]["completion_ids"]) == 8  # 2 prompts x n=4 generated
     check_contract([records], n=4, m=2, reward="coin")
+
+
+def test_one_default_step_moves_every_weight_where_bf16_weights_lose_nearly_all(
+        smollm2, monkeypatch):
+    """From SmolLM2's real weights, one AdamW step at lr 1e-6 with the options a GPU with bf16
+    gets by default (float32 weights) moves at least 99% of them; bf16 weights with exact
+    updates move their float32 master as much; plain bf16 AdamW moves about 0.4% (the
+    results page's table: benchmarks/update_precision.py)."""
+    from pods.config import ModelConfig
+    from pods.models.precision import weights_dtype
+    from pods.train.optimizer import join, make_optimizer
+
+    lr = 1e-6
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    default = weights_dtype(ModelConfig(name="smollm2"), torch.device("cuda"))
+    assert default == torch.float32
+    ids = torch.randint(0, 49152, (2, 32), generator=torch.Generator().manual_seed(0))
+    moved = {}
+    for mode, dtype, exact in [("default", default, True), ("exact", torch.bfloat16, True),
+                               ("plain", torch.bfloat16, False)]:
+        model = AutoModelForCausalLM.from_pretrained(smollm2.folder, dtype=dtype)
+        params = list(model.parameters())
+        before = [p.detach().clone() for p in params]
+        optimizer = make_optimizer(params, lr, (0.9, 0.999), 0.0, exact_bf16=exact)
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        after = [join(p.detach(), optimizer.state[p]["low"]) if mode == "exact" else p.detach()
+                 for p in params]
+        changed = sum(int((a.float() != b.float()).sum())
+                      for a, b in zip(after, before, strict=True))
+        moved[mode] = changed / sum(p.numel() for p in params)
+    assert moved["default"] >= 0.99 and moved["exact"] >= 0.99, moved
+    assert moved["plain"] < 0.05, moved

@@ -43,7 +43,7 @@ def main() -> None:
         tokenizer.eos_token = tokenizer.convert_ids_to_tokens(first)
     expected = rollouts(HFEngine(model, tokenizer, chunk=8))  # unsharded, this rank's eos
     optimizer = torch.optim.AdamW(model.parameters())
-    model, _ = dist.prepare(model, optimizer)
+    model, _ = dist.prepare(model, optimizer, torch.bfloat16)  # float32 shards, bf16 compute
     got = rollouts(HFEngine(model, tokenizer, chunk=8, synced=mode == "synced"))
     lengths = dist.gather(got.completion_mask.sum(1).float())  # [8], as the trainer does
     width = expected.completion_ids.shape[1]  # synced: finished rows are padded further

@@ -3,8 +3,9 @@
 import torch
 from transformers import AutoModelForCausalLM
 
+from pods.config import ModelConfig
 from pods.models.logprobs import completion_logprobs
-from pods.models.policy import resolve_dtype
+from pods.models.precision import weights_dtype
 from pods.runs.metrics import read_metrics
 from pods.train.run import resume, train
 from runs import config
@@ -17,8 +18,8 @@ def _saved(path) -> dict[str, torch.Tensor]:
 
 
 def test_auto_on_a_cpu_is_float32():
-    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
-    assert resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16
+    assert weights_dtype(ModelConfig(), torch.device("cpu")) == torch.float32
+    assert weights_dtype(ModelConfig(dtype="bfloat16"), torch.device("cpu")) == torch.bfloat16
 
 
 def test_bf16_run_trains_evaluates_checkpoints_and_resumes(tiny_model_dir, tmp_path):

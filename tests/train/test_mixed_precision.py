@@ -12,6 +12,7 @@ from pods.models.policy import add_lora
 from pods.models.precision import SamplingCopy, autocast, resolve_mixed_precision
 from pods.rollout import HFEngine, sample_keys
 from pods.runs.metrics import read_metrics
+from pods.train.optimizer import join
 from pods.train.run import resume, train
 from runs import config
 
@@ -39,20 +40,47 @@ def test_a_mixed_run_keeps_float32_weights_learns_and_resumes_exactly(tiny_model
     assert all(r["loss/loss"] == r["loss/loss"] for r in steps)  # no NaN
 
 
+def _moved_share(after: dict, start: dict) -> float:
+    """The share of the weights in ``after`` (its keys: each tied weight once, or twice)
+    that differ from ``start`` in ``after``'s dtype."""
+    return sum(int((after[k].float() != start[k].to(after[k].dtype).float()).sum())
+               for k in after) / sum(t.numel() for t in after.values())
+
+
+def _masters(checkpoint) -> dict[str, torch.Tensor]:
+    """A bf16 run's float32 masters: its saved weights joined with the low 16 bits its
+    SplitAdamW keeps in state.pt (parameters in the model's order, as the trainer's)."""
+    model = AutoModelForCausalLM.from_pretrained(checkpoint / "model", dtype="auto")
+    state = torch.load(checkpoint / "state.pt", weights_only=False)["optimizer"]["state"]
+    return {name: join(p.detach(), state[i]["low"])
+            for i, (name, p) in enumerate(model.named_parameters())}
+
+
 def test_small_updates_are_kept_where_bf16_weights_round_them_away(tiny_model_dir,
                                                                   tmp_path):
     """lr 1e-5 moves a weight by about 1e-5: far below bf16's resolution (2**-8 relative),
-    so bf16 weights keep almost none of it; float32 master weights keep all of it."""
-    runs = {mode: train(config(tiny_model_dir, tmp_path, max_steps=1, lr=1e-5, run_name=mode,
-                               **overrides))
-            for mode, overrides in [("mixed", MIXED), ("bf16", dict(dtype="bfloat16"))]}
+    so plain bf16 weights keep almost none of it (and the run warns, with the measured
+    share); float32 master weights keep all of it, whether float32 weights (the default,
+    or mixed precision) or bf16 weights with exact updates (the master in two halves)."""
+    modes = {"float32": {}, "mixed": MIXED, "exact": dict(dtype="bfloat16"),
+             "plain": dict(dtype="bfloat16", bf16_updates="plain")}
+    runs, logs = {}, {}
+    for mode, overrides in modes.items():
+        logs[mode] = []
+        runs[mode] = train(config(tiny_model_dir, tmp_path, max_steps=1, lr=1e-5,
+                                  run_name=mode, **overrides), log=logs[mode].append)
     start = _saved(tiny_model_dir)
-    changed = {}
-    for mode, run in runs.items():
-        after = _saved(run / "checkpoints" / "step_000001" / "model")
-        changed[mode] = sum(int((after[k].float() != start[k].to(after[k].dtype).float())
-                                .sum()) for k in start) / sum(t.numel() for t in start.values())
-    assert changed["mixed"] > 0.99 and changed["bf16"] < 0.3, changed  # bf16: ~16%
+    step = {mode: run / "checkpoints" / "step_000001" for mode, run in runs.items()}
+    changed = {mode: _moved_share(_saved(step[mode] / "model"), start)
+               for mode in ("float32", "mixed", "plain")}
+    changed["exact"] = _moved_share(_masters(step["exact"]), start)
+    assert min(changed["float32"], changed["mixed"], changed["exact"]) > 0.99, changed
+    assert changed["plain"] < 0.3, changed  # ~16%: only weights near 0 move
+    warned = [line for line in logs["plain"] if "would not move" in line]
+    assert len(warned) == 1 and warned[0].startswith("warning: ")
+    assert "by an AdamW step of lr 1e-05" in warned[0] and "--bf16-updates exact" in warned[0]
+    assert not any("would not move" in line for line in logs["exact"] + logs["float32"])
+    assert any("exact updates" in line for line in logs["exact"])
 
 
 def test_the_update_runs_its_matmuls_in_bf16_and_its_logprobs_in_float32(tiny_model_dir):
@@ -120,7 +148,6 @@ def test_the_hf_engine_samples_from_the_copy_until_synced(tiny_model_dir):
 
 @pytest.mark.parametrize("flat, message", [
     (dict(dtype="bfloat16"), "keeps float32 master weights.*--dtype float32"),
-    (dict(parallelism="fsdp2"), "under fsdp2 use --dtype bfloat16"),
     (dict(mixed_precision="fp8"), "unknown mixed_precision 'fp8'"),
 ])
 def test_mixed_precision_settings_that_cannot_work_are_refused(flat, message):

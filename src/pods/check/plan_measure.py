@@ -140,7 +140,7 @@ def _one_update(trainer, rollouts, rows: Tensor) -> tuple[float, float]:
     kept = KeptBatch(rollouts.select(rows), advantages, kept=len(rows), pad_rows=0)
 
     def update():
-        with trainer.engine.asleep(), autocast(trainer.device, trainer.precision):
+        with trainer.engine.asleep(), autocast(trainer.device, trainer.precision.update):
             policy_update(trainer.wrapped, trainer.ref_model, trainer.optimizer, kept,
                           trainer.update_spec, trainer.dist)
 

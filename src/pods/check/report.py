@@ -50,15 +50,16 @@ def _short(text: str, width: int = 160) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """The modes as a Markdown table: result, dtype, seconds per step and per phase, peak
-    memory in MB, log-prob gap, and the reason a mode failed or was skipped."""
-    head = ["mode", "result", "dtype", "s/step", *PHASES, "peak RSS MB", "peak GPU MB",
+    """The modes as a Markdown table: result, precision (weights and compute dtypes),
+    seconds per step and per phase, peak memory in MB, log-prob gap, and the reason a mode
+    failed or was skipped."""
+    head = ["mode", "result", "precision", "s/step", *PHASES, "peak RSS MB", "peak GPU MB",
             "logprob gap", "why"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         phases = row.get("phases_s") or {}
         memory = row.get("memory_mb") or {}
-        cells = [row["mode"], row["status"], row.get("dtype") or "-",
+        cells = [row["mode"], row["status"], row.get("precision") or "-",
                  _num(row.get("step_s")), *(_num(phases.get(p)) for p in PHASES),
                  _num(memory.get("peak_rss_mb"), 0), _num(memory.get("peak_gpu_mb"), 0),
                  _num(row.get("logprob_gap"), 5), _short(row.get("reason") or "")]

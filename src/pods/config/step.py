@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pods.config.fields import Schedule, leaf
+from pods.config.fields import Bf16Updates, Schedule, leaf
 from pods.core.advantages import Scale
 from pods.core.correction import Correction
 from pods.core.loss import Norm
@@ -82,6 +82,13 @@ class OptimConfig:
     weight_decay: float = leaf(0.0, "AdamW weight decay.")
     adam_beta1: float = leaf(0.9, "AdamW beta1.")
     adam_beta2: float = leaf(0.999, "AdamW beta2 (the paper: 0.99).")
+    bf16_updates: Bf16Updates = leaf(
+        "exact", "How a full fine-tune with --dtype bfloat16 updates its weights. exact: "
+        "AdamW on a float32 master kept as the bf16 weight plus its low 16 bits (2 bytes a "
+        "parameter in the optimizer's state): the same arithmetic as float32 AdamW, no update "
+        "lost (pods.train.optimizer); plain: torch's AdamW on the bf16 weights, which rounds "
+        "away most updates at RL learning rates (pods warns with the share, measured on the "
+        "run's weights). Float32 weights (the default) take torch's AdamW either way.")
     max_grad_norm: float = leaf(1.0, "Gradient clipping norm; 0 disables clipping.")
     micro_batch_size: int | None = leaf(None, "Sequences per forward/backward pass (gradient "
                                         "accumulation); None = all P*m kept in one pass.")

@@ -10,25 +10,10 @@ from pathlib import Path
 import torch
 
 from pods.config.groups import ModelConfig
+from pods.models.precision import weights_dtype
 from pods.models.source import resolve
 
 DEFAULT_MODEL = ModelConfig()
-
-
-def weights_dtype(options: ModelConfig, device: torch.device) -> torch.dtype:
-    """The dtype the weights are held in: float32 under mixed precision (the master copy),
-    else ``options.dtype`` resolved for ``device``."""
-    if options.mixed_precision != "no":
-        return torch.float32
-    return resolve_dtype(options.dtype, device)
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """auto: bfloat16 on a GPU that supports it, else float32 (CPU training stays exact)."""
-    if name == "auto":
-        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-        return torch.bfloat16 if cuda_bf16 else torch.float32
-    return getattr(torch, name)
 
 
 def load_policy(model: str, device: torch.device, options: ModelConfig = DEFAULT_MODEL,

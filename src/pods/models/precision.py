@@ -1,12 +1,16 @@
-"""Mixed precision (``--mixed-precision bf16``, or ``auto``: bf16 where the device computes
-it natively): float32 weights, bfloat16 compute.
+"""Precision: what the weights are stored in and what the update and sampling compute in.
 
-The weights and the optimizer stay in float32, so updates of 1e-6 relative size are not
-rounded away (bfloat16 keeps 8 bits of mantissa: a weight of 1.0 moves only by steps of
-2**-7); the update's forward passes run under ``torch.autocast``, whose matmuls and
-attention run in bfloat16 (AVX-512 BF16 or AMX on CPUs, tensor cores on GPUs) while the
-log-softmax and the loss stay float32 (pods.models.logprobs upcasts the logits). The
-backward pass follows the forward's dtypes; gradients land in float32 on the weights.
+By default (``--dtype auto``) the weights a run trains are float32 on every device, so
+that updates of 1e-6 relative size are not rounded away (bfloat16 keeps 8 bits of
+mantissa: a weight of 1.0 moves only by steps of 2**-7; ``lost_share`` measures what a
+step would lose). On a GPU with bf16 the update and sampling compute in bfloat16
+(``--mixed-precision gpu``, the default): the update's forward passes run under
+``torch.autocast``, whose matmuls and attention run in bfloat16 (tensor cores; AVX-512 BF16
+or AMX on CPUs with ``--mixed-precision auto`` or ``bf16``) while the log-softmax and the
+loss stay float32 (pods.models.logprobs upcasts the logits). The backward pass follows the
+forward's dtypes; gradients land in float32 on the weights. Under FSDP2 the same is FSDP's
+mixed-precision policy (pods.runtime.fsdp): float32 shards gathered in bfloat16, gradients
+reduced in float32.
 
 Sampling does not go through autocast: autocast would cast every weight again at every
 generated token. The hf engine samples from a bfloat16 copy of the weights instead
@@ -16,24 +20,134 @@ generated token. The hf engine samples from a bfloat16 copy of the weights inste
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
+
+from pods.config.groups import ModelConfig
 
 COMPUTE_DTYPES = {"no": None, "bf16": torch.bfloat16}
 
 
-def resolve_mixed_precision(name: str, device: torch.device) -> str:
-    """``name`` as this device runs it: "auto" is "bf16" where bf16 is computed natively (a
-    CUDA GPU that supports it; a CPU with AVX-512 BF16 or AMX, where it is about 2x float32)
-    and "no" elsewhere (a CPU without them emulates bf16, tens of times slower than float32);
-    "no" and "bf16" are themselves."""
+@dataclass(frozen=True)
+class Precision:
+    """What one run stores and computes in on its device (``plan``)."""
+
+    weights: torch.dtype  # the loaded weights (under FSDP2 the shards are float32)
+    mixed: str  # "bf16" or "no": --mixed-precision as this device runs it
+    sharded: bool  # FSDP2: its mixed-precision policy computes, not autocast
+    lora: bool  # the weights are a frozen base; the trained adapters are float32
+
+    @property
+    def update(self) -> str:
+        """"bf16" or "no": autocast around the update's forward passes (not under FSDP2)."""
+        return "no" if self.sharded else self.mixed
+
+    @property
+    def sampling(self) -> torch.dtype | None:
+        """The engine's dtype where it is not the weights' (a bf16 copy or vLLM's); None."""
+        return None if self.sharded else compute_dtype(self.mixed)
+
+    @property
+    def shards(self) -> torch.dtype | None:
+        """FSDP2: the dtype the float32 shards are gathered in for compute; None: float32."""
+        bf16 = self.sharded and (self.mixed == "bf16" or self.weights == torch.bfloat16)
+        return torch.bfloat16 if bf16 else None
+
+    def describe(self, bf16_updates: str = "exact") -> str:
+        """One line: the weights' dtype, how the optimizer keeps them, what the update
+        computes in (``pods train``'s log, ``pods plan``)."""
+        weights, compute = self._dtypes()
+        if self.lora:
+            kept = "a frozen base; LoRA adapters float32"
+        elif weights == "float32":
+            kept = "AdamW's master copy"
+        elif weights == "bfloat16" and bf16_updates == "exact":
+            kept = "exact updates: float32 master = weight + its low 16 bits"
+        else:
+            kept = "plain AdamW: updates below the weights' rounding step are lost"
+        how = " (FSDP2 policy)" if self.shards else " (autocast)" if compute != weights else ""
+        return f"weights {weights} ({kept}), update computes in {compute}{how}"
+
+    @property
+    def short(self) -> str:
+        """The two dtypes in a few words (``pods check``'s table)."""
+        weights, compute = self._dtypes()
+        return f"{weights} weights, {compute} compute"
+
+    def _dtypes(self) -> tuple[str, str]:
+        weights = torch.float32 if self.sharded else self.weights  # FSDP2's float32 shards
+        compute = self.shards or compute_dtype(self.update) or weights
+        return tuple(str(d).removeprefix("torch.") for d in (weights, compute))
+
+    def report(self, options: ModelConfig, bf16_updates: str, device: torch.device) -> list[str]:
+        """The lines a run logs at its start: what "auto" chose, the ``describe`` line, and
+        a warning where the CPU would emulate bf16 (pods.runtime.machine.slow_bf16)."""
+        from pods.runtime.machine import slow_bf16
+
+        lines = []
+        if options.mixed_precision == "auto":
+            native = "native" if self.mixed == "bf16" else "not native"
+            lines.append(f"mixed precision auto: {self.mixed} (bf16 matmuls {native} on this "
+                         f"{device.type}; pods env says why)")
+        lines.append(f"precision: {self.describe(bf16_updates)}")
+        if slow := slow_bf16(device, options.dtype, self.mixed):
+            lines.append(f"warning: {slow}")
+        return lines
+
+
+def plan(options: ModelConfig, device: torch.device, sharded: bool = False) -> Precision:
+    """The precision a run with ``options`` uses on ``device`` (``sharded``: FSDP2)."""
+    mixed = resolve_mixed_precision(options.mixed_precision, device, options.dtype)
+    return Precision(weights_dtype(options, device), mixed, sharded, options.lora_rank > 0)
+
+
+def weights_dtype(options: ModelConfig, device: torch.device) -> torch.dtype:
+    """The dtype the weights are held in: ``options.dtype``; "auto" is float32 (the weights a
+    run trains are the optimizer's master copy, on every device), but bfloat16 for a LoRA
+    run's frozen base on a GPU with bf16 (it takes no update; PEFT keeps the adapters in
+    float32)."""
+    if options.dtype != "auto":
+        return getattr(torch, options.dtype)
+    return torch.bfloat16 if options.lora_rank > 0 and cuda_bf16(device) else torch.float32
+
+
+def resolve_mixed_precision(name: str, device: torch.device, dtype: str = "auto") -> str:
+    """``name`` as this device runs it, for weights of ``dtype`` (--dtype): "gpu" is "bf16"
+    on a CUDA GPU that supports it with float32 weights (auto or float32), else "no" (CPU
+    runs compute in float32; 16-bit weights compute in their own dtype); "auto" is "bf16"
+    where bf16 is computed natively (such a GPU; a CPU with AVX-512 BF16 or AMX, where it is
+    about 2x float32) and "no" elsewhere (a CPU without them emulates bf16, tens of times
+    slower than float32); "no" and "bf16" are themselves."""
+    if name == "gpu":
+        float32 = dtype in ("auto", "float32")
+        return "bf16" if float32 and cuda_bf16(device) else "no"
     if name != "auto":
         return name
     if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "no"
+        return "bf16" if cuda_bf16(device) else "no"
     from pods.runtime.machine import NATIVE_BF16, cpu_bf16
 
     return "bf16" if device.type == "cpu" and cpu_bf16() in NATIVE_BF16 else "no"
+
+
+def cuda_bf16(device: torch.device) -> bool:
+    """Whether ``device`` is a CUDA GPU that computes bfloat16."""
+    return device.type == "cuda" and torch.cuda.is_bf16_supported()
+
+
+def lost_share(weights, lr: float) -> float:
+    """The share of the elements of ``weights`` (tensors) that an update of size ``lr``
+    leaves unchanged in their own dtype: what one AdamW step (about lr per weight) would
+    lose on them. About 0 for float32 weights at RL learning rates; for bfloat16, most
+    of a real model's weights (measured: benchmarks/update_precision.py)."""
+    lost = total = 0
+    with torch.no_grad():
+        for w in weights:
+            moved = (w.float() + lr).to(w.dtype)  # rounded back into the weights' dtype
+            lost += int((moved == w).sum())
+            total += w.numel()
+    return lost / max(total, 1)
 
 
 def compute_dtype(mixed_precision: str) -> torch.dtype | None:

@@ -94,10 +94,11 @@ class Dist:
         return self.accelerator.main_process_first()
 
     # ---- the engine ------------------------------------------------------------------
-    def prepare(self, model, optimizer):
-        """The model and optimizer to train: DDP-wrapped, or sharded in place (FSDP2)."""
+    def prepare(self, model, optimizer, compute: torch.dtype | None = None):
+        """The model and optimizer to train: DDP-wrapped, or sharded in place (FSDP2, its
+        float32 shards gathered in ``compute`` where given: pods.runtime.fsdp.shard)."""
         if self.fsdp2:
-            fsdp.shard(model, optimizer, self.device, self.world)
+            fsdp.shard(model, optimizer, self.device, self.world, compute)
             self.model, self.optimizer = model, optimizer
             return model, optimizer
         if self.accelerator is None:

@@ -66,19 +66,21 @@ def root(model) -> torch.nn.Module:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def shard(model, optimizer: torch.optim.Optimizer, device: torch.device, world: int) -> None:
+def shard(model, optimizer: torch.optim.Optimizer, device: torch.device, world: int,
+          compute: torch.dtype | None = None) -> None:
     """Shard ``model`` in place over ``world`` ranks and point ``optimizer`` (built on the
     unsharded parameters, no state yet) at the sharded ones.
 
-    bf16 weights: the shards are kept in float32 (the optimizer's master copy) and each
-    forward pass gathers them in bf16 (``MixedPrecisionPolicy``); gradients are reduced
-    in float32. Other dtypes compute as stored."""
+    ``compute`` bfloat16 (mixed precision bf16, the default on a GPU; or bf16 weights): the
+    shards are kept in float32 (the optimizer's master copy) and each forward pass gathers
+    them in bf16 (``MixedPrecisionPolicy``); gradients are reduced in float32. None: the
+    weights compute as stored."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     policy = MixedPrecisionPolicy()
-    if any(p.dtype == torch.bfloat16 for p in model.parameters()):
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    if compute is not None:
+        policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
         model.float()  # in place: parameters keep their identity
     names = {id(p): name for name, p in model.named_parameters()}
     mesh = init_device_mesh(device.type, (world,))

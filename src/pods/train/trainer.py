@@ -23,14 +23,13 @@ from pods.core.rollout_inputs import completion_lengths, rule_inputs
 from pods.core.selection import select
 from pods.evaluation import Sampling, eval_slice, evaluate
 from pods.models.policy import load_policy, load_saved_policy
-from pods.models.precision import autocast, compute_dtype, resolve_mixed_precision
+from pods.models.precision import autocast, plan
 from pods.models.source import check_source
 from pods.rollout import EngineSpec, make_engine, resolve_engine, sample_keys
 from pods.rollout.prompts import fitting_splits, render_prompts
 from pods.runtime import fsdp
 from pods.runtime.distributed import Dist, launched_world_size
-from pods.runtime.machine import slow_bf16
-from pods.runtime.speed import adamw, keep_freed_memory
+from pods.runtime.speed import keep_freed_memory
 from pods.tasks import get_task
 from pods.tasks.scoring import Scorer
 from pods.tracking import check_installed
@@ -42,6 +41,7 @@ from pods.train.checkpoint import (
     write_state,
 )
 from pods.train.checks import check
+from pods.train.optimizer import lost_updates_warning, make_optimizer
 from pods.train.progress import Clock, over_ranks
 from pods.train.sampling import INPUT, Round, assemble, enough, varied
 from pods.train.schedule import budget_progress, lr_multiplier
@@ -66,15 +66,11 @@ class Trainer:
         self.cfg = config
         self.log = log if self.dist.is_main else silent
         self.device = self.dist.device
-        # the precision steps compute in here ("auto" resolved); cfg keeps what was asked,
-        # so a run resumed on another machine resolves it there
-        self.precision = resolve_mixed_precision(config.model.mixed_precision, self.device)
-        if config.model.mixed_precision == "auto":
-            native = "native" if self.precision == "bf16" else "not native"
-            self.log(f"mixed precision auto: {self.precision} (bf16 matmuls {native} on this "
-                     f"{self.device.type}; pods env says why)")
-        if slow := slow_bf16(self.device, config.model.dtype, self.precision):
-            self.log(f"warning: {slow}")  # bf16 emulated on this CPU: far slower than float32
+        # what the weights are stored and computed in here ("gpu" and "auto" resolved); cfg
+        # keeps what was asked, so a run resumed on another machine resolves it there
+        self.precision = plan(config.model, self.device, self.dist.sharded)
+        for line in self.precision.report(config.model, config.optim.bf16_updates, self.device):
+            self.log(line)  # what it chose and why; a warning where bf16 is emulated
         torch.manual_seed(config.run.seed)
         keep_freed_memory()  # freed activations reused by the next update (pods.runtime.speed)
         resolve_engine(config.rollout, self.device, self.dist.sharded)  # fail early
@@ -86,7 +82,8 @@ class Trainer:
                                                      config.model, log=self.log)
         self.model.train()
         self.ref_model = self._reference_model()
-        self.wrapped, self.optimizer = self.dist.prepare(self.model, self._optimizer())
+        self.wrapped, self.optimizer = self.dist.prepare(self.model, self._optimizer(),
+                                                         self.precision.shards)
         # wrapped: the model as accelerate wraps it (DDP, FSDP) for the training passes;
         # self.model stays the plain module for generation, evaluation and saving.
         self.model = self.dist.unwrap(self.wrapped)
@@ -94,7 +91,7 @@ class Trainer:
             config.rollout, self.device,
             max_model_len=config.task.max_prompt_tokens + config.rollout.max_new_tokens,
             seed=config.run.seed, world=self.dist.world, sharded=self.dist.sharded,
-            dtype=compute_dtype(self.precision)), self.model, self.tokenizer)
+            dtype=self.precision.sampling), self.model, self.tokenizer)
         limit = config.task.max_prompt_tokens
         self.train_set, test, self.dropped = fitting_splits(self.tokenizer, self.task, limit)
         self.test_set = eval_slice(test, config.eval.offset, config.eval.size)
@@ -120,10 +117,15 @@ class Trainer:
                            log=silent)[0].eval()
 
     def _optimizer(self) -> torch.optim.Optimizer:
+        """AdamW over the trainable weights (pods.train.optimizer): exact on bf16 weights
+        unless asked otherwise (FSDP2 keeps float32 shards: torch's AdamW on them)."""
         o = self.cfg.optim
         trainable = [p for p in self.model.parameters() if p.requires_grad]
-        return adamw(trainable, lr=o.lr, betas=(o.adam_beta1, o.adam_beta2),
-                     weight_decay=o.weight_decay)
+        exact = o.bf16_updates == "exact" and not self.dist.sharded
+        if not self.dist.sharded and (lost := lost_updates_warning(trainable, o.lr, exact)):
+            self.log(f"warning: {lost}")  # measured on these weights, before any step
+        return make_optimizer(trainable, lr=o.lr, betas=(o.adam_beta1, o.adam_beta2),
+                              weight_decay=o.weight_decay, exact_bf16=exact)
 
     # ---- one step: sample (generate, score, select), then update on what was kept -------
     def step(self) -> dict[str, float]:
@@ -188,7 +190,7 @@ class Trainer:
         losses, lr = {}, self._set_lr()
         if sampled.signal:  # else every kept advantage is 0: no update (optim/skipped 1)
             with self.clock.phase("update"), self.engine.asleep(), \
-                    autocast(self.device, self.precision):
+                    autocast(self.device, self.precision.update):
                 losses = policy_update(self.wrapped, self.ref_model, self.optimizer,
                                        sampled.kept, self.update_spec, self.dist)
             with self.clock.phase("sync"):  # the engine samples from the new weights
