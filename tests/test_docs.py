@@ -17,8 +17,8 @@ Policy (what counts, what runs, how `pods train` stays cheap):
   with the test suite's untrained tiny Qwen2 (no warm-up). Flags override config files and
   comparison specs, so the same command, config and code path run, with a small budget.
   ``pods check --model tiny`` gets the same untrained model (and the arithmetic task) in
-  place of the embedded one, whose warm-up would take a minute; so does ``pods plan``
-  (unless it names a model), measured on 2 prompts x 4 rollouts.
+  place of the shipped embedded one, as every example's ``pods train`` does; so does ``pods
+  plan`` (unless it names a model), measured on 2 prompts x 4 rollouts.
 - A block is self-contained: it writes the files it reads (run folders included).
 """
 

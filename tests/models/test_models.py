@@ -1,3 +1,6 @@
+import json
+from dataclasses import asdict
+
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pods.models.tiny import TinyRecipe, build_tokenizer, tiny_model_path
@@ -25,4 +28,5 @@ def test_tiny_model_is_built_once_and_loads_like_a_hub_model(tmp_path, monkeypat
     tokenizer = AutoTokenizer.from_pretrained(path)
     assert model.config.model_type == "qwen2" and model.config.hidden_size == 16
     assert tokenizer.decode(tokenizer("5+5=")["input_ids"], skip_special_tokens=True) == "5+5="
+    assert json.loads((path / "recipe.json").read_text())["recipe"] == asdict(recipe)
     assert TinyRecipe(alphabet="01").key() != TinyRecipe(alphabet="01", sft_steps=1).key()
