@@ -167,8 +167,10 @@ class RunConfig:
                                     "(torch's fully_shard per decoder layer: parameters, gradients "
                                     "and optimizer state split over the ranks and gathered layer "
                                     "by layer for every forward pass, generation included; for "
-                                    "models that do not fit on one device; bf16 computes in bf16 "
-                                    "over float32 shards). Checkpoints hold the full model either "
+                                    "models that do not fit on one device; mixed precision bf16 "
+                                    "(the default on a GPU) or --dtype bfloat16 computes in bf16 "
+                                    "over float32 shards, gradients reduced in float32). "
+                                    "Checkpoints hold the full model either "
                                     "way; an fsdp2 run resumes on as many processes. One process "
                                     "has nothing to shard and trains the same either way.")
 
