@@ -96,6 +96,9 @@ def test_plan_on_the_embedded_model(tiny_model_dir, tmp_path, capsys):
                  "--rows", "1,3", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "| 2x8/4 |" in printed and "best for each m" in printed
+    # the precision the planned run would train in (pods.models.precision)
+    assert "precision: weights float32 (AdamW's master copy), update computes in float32" \
+        in printed
     saved = json.loads(out.read_text())
     rewards = torch.tensor(saved["rewards"])
     assert rewards.shape == (4, 6) and ((rewards >= 0) & (rewards <= 1)).all()
