@@ -253,7 +253,8 @@ def test_fixed_choices_are_written_once_as_literal_types():
               "parallelism": fields.PARALLELISMS, "lr_schedule": fields.SCHEDULES,
               "selection": SCOPES, "reward_errors": fields.REWARD_ERRORS,
               "code_reward": fields.CODE_REWARDS, "loss_norm": NORMS, "adv_scale": SCALES,
-              "is_correction": CORRECTIONS, "bf16_updates": fields.BF16_UPDATES}
+              "is_correction": CORRECTIONS, "bf16_updates": fields.BF16_UPDATES,
+              "hf_compile": fields.SWITCHES}
     for key, names in tuples.items():
         assert typing.get_origin(LEAVES[key].hint) is typing.Literal, key
         assert LEAVES[key].choices == names and LEAVES[key].kind == "str", key

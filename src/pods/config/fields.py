@@ -24,6 +24,7 @@ from typing import Any, Literal, get_args
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 MixedPrecision = Literal["gpu", "no", "bf16", "auto"]
 Bf16Updates = Literal["exact", "plain"]
+Switch = Literal["auto", "on", "off"]
 Parallelism = Literal["ddp", "fsdp2"]
 Schedule = Literal["constant", "linear", "cosine"]
 RewardErrors = Literal["raise", "zero"]
@@ -31,6 +32,7 @@ CodeReward = Literal["fraction", "all"]
 DTYPES: tuple[str, ...] = get_args(Dtype)
 MIXED_PRECISIONS: tuple[str, ...] = get_args(MixedPrecision)
 BF16_UPDATES: tuple[str, ...] = get_args(Bf16Updates)
+SWITCHES: tuple[str, ...] = get_args(Switch)
 PARALLELISMS: tuple[str, ...] = get_args(Parallelism)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 REWARD_ERRORS: tuple[str, ...] = get_args(RewardErrors)

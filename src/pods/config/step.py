@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pods.config.fields import Bf16Updates, Schedule, leaf
+from pods.config.fields import Bf16Updates, Schedule, Switch, leaf
 from pods.core.advantages import Scale
 from pods.core.correction import Correction
 from pods.core.loss import Norm
@@ -31,6 +31,13 @@ class RolloutConfig:
                        "(transformers generate on the trainer's module), vllm (vLLM in this "
                        "process, weights synced after every step), or auto (vllm where it is "
                        "installed and the device is a GPU, else hf).")
+    hf_compile: Switch = leaf(
+        "auto", "hf engine: generate on a static KV cache at fixed shapes (the step's rows, "
+        "prompts padded to max_prompt_tokens), whose decoding step transformers compiles "
+        "once on a CUDA GPU and replays as CUDA graphs (torch.compile, reduce-overhead); "
+        "plain generate on a GPU is launch-bound. auto: on for a CUDA GPU (not under FSDP2); "
+        "on: everywhere (a CPU gets the static cache without the compile: slower); off: the "
+        "dynamic cache. The same keys give the same completions either way.")
     vllm_gpu_memory_utilization: float = leaf(0.3, "vllm engine: the fraction of GPU memory "
                                               "vLLM takes (weights + KV cache; the rest is the "
                                               "trainer's); on a CPU, vLLM reads it as the "

@@ -1,0 +1,29 @@
+"""benchmarks/gpu.py, the prepared GPU check, rehearsed on the CPU (--quick: tiny sizes):
+every section runs through pods's own code and lands in the table and gpu.json."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_gpu_check_runs_on_a_cpu_and_prints_its_table(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--quick",
+                           "--out", str(tmp_path), "--skip", "default,tests"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "gpu.json").read_text())
+    assert [(r["model"], r["rows"]) for r in report["update"]] == \
+        [("SmolLM2-135M", 2), ("Qwen2.5-1.5B", 2)]
+    for row in report["update"]:
+        assert row["precision"] == "float32 weights, float32 compute"  # the CPU default
+        assert row["pods"]["tok_s"] > 0 and row["bare"]["tok_s"] > 0
+        assert 0 < row["pods"]["share"]
+    generation = report["generate"][0]
+    assert min(generation[k] for k in ("engine_tok_s", "static_tok_s", "raw_tok_s")) > 0
+    table = (tmp_path / "gpu.md").read_text()
+    assert "| SmolLM2-135M | 2 | float32 weights, float32 compute |" in table
