@@ -257,3 +257,33 @@ def test_the_gap_and_the_correction_stats_reduce_over_ranks_as_one_batch():
     stats = _is_metrics(mine, TwoRanks(other))
     assert stats == pytest.approx({"loss/is_weight_mean": 2.8 / 3, "loss/is_masked_frac": 2 / 5,
                                    "loss/is_capped_frac": 1 / 5})
+
+
+@pytest.mark.parametrize("mode", ["none", "token_truncate"])
+def test_no_metric_is_read_between_the_micro_batches(monkeypatch, mode):
+    """Reading a tensor's value (``.item()``, ``float()``) makes the host wait for the GPU;
+    between one micro-batch's backward and the next one's forward that leaves the GPU idle.
+    Every metric of the parts is read after the last backward: no read falls between two
+    forward passes (on a CPU the reads are recorded, not timed)."""
+    events = []
+    for name in ("item", "__float__"):
+        original = getattr(torch.Tensor, name)
+
+        def read(self, _original=original):
+            events.append("read")
+            return _original(self)
+        monkeypatch.setattr(torch.Tensor, name, read)
+
+    class Logged(Bigram):
+        def forward(self, *args, **kwargs):
+            events.append("forward")
+            return super().forward(*args, **kwargs)
+
+    mask = [[1, 1, 0], [1, 1, 1], [1, 0, 0]]
+    batch = rollouts([[0, 0, 0], [1, 1, 1], [0, 1, 0]], mask)
+    batch.logprobs = engine_said([[2.5, 0.6, 1.0], [1.0, 0.25, 1.5], [0.5, 1.0, 1.0]], mask)
+    stats = update(Logged([0.0, 0.0]), batch, [1.0, -1.0, 0.5], micro_batch_size=1,
+                   is_correction=mode)
+    first, last = events.index("forward"), len(events) - events[::-1].index("forward")
+    assert events.count("forward") == 3 and "read" not in events[first:last]
+    assert stats["rollout/logprob_gap"] > 0 and "loss/loss" in stats

@@ -59,12 +59,13 @@ class ISWeights:
     keep: Tensor  # the completion mask less the dropped tokens: the loss's mask
     capped: Tensor  # 1 where a truncate mode cut the weight down to the cap
 
-    def sums(self, mask: Tensor) -> dict[str, float]:
+    def sums(self, mask: Tensor) -> dict[str, Tensor]:
         """Sums for the ``loss/is_*`` metrics (``mask``: the completion mask [B, T]):
-        weight over kept tokens, kept, dropped and capped tokens."""
-        return {"weight": float((self.weight * self.keep).sum()),
-                "kept": float(self.keep.sum()), "dropped": float((mask - self.keep).sum()),
-                "capped": float(self.capped.sum())}
+        weight over kept tokens, kept, dropped and capped tokens; 0-dim tensors, read by
+        the caller when it can wait for them."""
+        return {"weight": (self.weight * self.keep).sum(),
+                "kept": self.keep.sum(), "dropped": (mask - self.keep).sum(),
+                "capped": self.capped.sum()}
 
 
 def is_weights(logp_old: Tensor, logp_engine: Tensor, mask: Tensor, mode: str,
@@ -100,9 +101,10 @@ def is_weights(logp_old: Tensor, logp_engine: Tensor, mask: Tensor, mode: str,
     return ISWeights(weight=weight, keep=keep, capped=zeros)
 
 
-def gap_sums(logp: Tensor, logp_engine: Tensor, mask: Tensor) -> dict[str, float]:
+def gap_sums(logp: Tensor, logp_engine: Tensor, mask: Tensor) -> dict[str, Tensor]:
     """The engine/trainer gap of one micro-batch, as sums over its completion tokens
-    (``mask`` [B, T]), to be added over micro-batches and ranks (``max`` by maximum):
+    (``mask`` [B, T]), to be added over micro-batches and ranks (``max`` by maximum); 0-dim
+    tensors, so that a caller on a GPU reads them once, not after every micro-batch:
 
         abs      sum |d_t|, d_t = logp_t - logp_engine_t (trainer minus engine)
         max      max |d_t| (0 without tokens)
@@ -121,6 +123,6 @@ def gap_sums(logp: Tensor, logp_engine: Tensor, mask: Tensor) -> dict[str, float
     # even negative) for the float32 gap of ~1e-6; expm1 in float64 keeps it exact
     d64 = d.double()
     k3 = (torch.expm1(d64) - d64) * mask  # [B, T] float64
-    return {"abs": float(d.abs().sum()), "max": float(d.abs().max()) if d.numel() else 0.0,
-            "k3": float(k3.sum()), "outside": float(outside.sum()),
-            "tokens": float(mask.sum())}
+    top = d.abs().max() if d.numel() else d.new_zeros(())
+    return {"abs": d.abs().sum(), "max": top, "k3": k3.sum(), "outside": outside.sum(),
+            "tokens": mask.sum()}

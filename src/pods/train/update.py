@@ -102,24 +102,33 @@ def policy_update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec
     gap, is_sums = dict.fromkeys(GAP_KEYS, 0.0), {}  # summed over the first pass's parts
     for iteration in range(optim.num_iterations):
         optimizer.zero_grad(set_to_none=True)
+        logged = []  # each part's metrics as tensors: read after the last backward, so no
+        # micro-batch waits for the one before it (a host sync per part on a GPU)
         for i, part in enumerate(parts):
             with dist.no_sync(model, last=i == len(parts) - 1):
                 logp = _logprobs(model, batch, part, temperature)  # [b, Lc]
                 adv = advantages[part]  # [b]
+                first = {}  # the first pass's gap and correction sums of this part
                 if iteration == 0 and engine is not None:  # still the sampling policy
-                    _merge_gap(gap, gap_sums(logp, engine[part], mask[part]))
+                    first["gap"] = gap_sums(logp, engine[part], mask[part])
                 if mode != "none":
                     w = is_weights(logp if frozen is None else frozen[part], engine[part],
                                    mask[part], mode, cap)
                     adv = adv.unsqueeze(1) * w.weight  # [b, Lc] A_i * w_it
                     if iteration == 0:
-                        _add(is_sums, w.sums(mask[part]), 1.0)
+                        first["is"] = w.sums(mask[part])
                 loss, stats = loss_fn(
                     logp, None if old is None else old[part], adv, keep[part],
                     ref_logp=None if ref is None else ref[part], normalizer=normalizer)
                 dist.backward(loss)
+            logged.append((loss.detach(), stats, keep[part].sum(), first))
+        for loss, stats, tokens, first in logged:  # in order: the same sums as part by part
+            if "gap" in first:
+                _merge_gap(gap, {k: float(v) for k, v in first["gap"].items()})
+            if "is" in first:
+                _add(is_sums, {k: float(v) for k, v in first["is"].items()}, 1.0)
             _add(totals, {"loss/loss": loss.item()}, 1.0)  # parts add up to the batch loss
-            share = keep[part].sum().item() / max(keep.sum().item(), 1)  # token share
+            share = tokens.item() / max(keep.sum().item(), 1)  # token share
             _add(totals, stats.as_floats(), share)
         if optim.max_grad_norm > 0:
             norm = dist.clip_grad_norm(model, optim.max_grad_norm)
