@@ -14,7 +14,9 @@ from runs import flat
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 SPECS = sorted(p for p in CONFIGS.rglob("*.yaml") if "compare" in p.name)
 TRAIN = sorted(p for p in (CONFIGS / "paper").glob("*.yaml") if "compare" not in p.name)
-SHOWCASE = sorted(p for p in CONFIGS.glob("*.yaml") if "compare" not in p.name)
+SHOWCASE = sorted(p for p in CONFIGS.glob("*.yaml") if "compare" not in p.name
+                  and "gpu" not in p.name)
+GPU_SHOWCASE = sorted(CONFIGS.glob("*gpu*.yaml"))
 ACCELERATE = sorted((CONFIGS / "accelerate").glob("*.yaml"))
 
 
@@ -73,6 +75,18 @@ def test_cpu_showcase_config_is_valid(path):
     assert cfg.device == "cpu" and cfg.max_time > 0
     assert cfg.engine == "hf" or (cfg.engine == "vllm" and cfg.mixed_precision in ("bf16", "auto"))
     assert cfg.n > cfg.m and cfg.rule == "max_variance" and cfg.eval_size is not None
+
+
+@pytest.mark.parametrize("path", GPU_SHOWCASE, ids=lambda p: p.name)
+def test_gpu_showcase_config_is_valid(path):
+    """The small-model runs meant for one GPU: PODS on a time budget, pods's GPU precision
+    default (float32 weights, bf16 compute), the hf engine at fixed shapes (one generate
+    call a round, and the evaluation's the same shape)."""
+    cfg = flat(from_dict(load_yaml(path)))
+    assert cfg.device == "auto" and 0 < cfg.max_time <= 300
+    assert (cfg.dtype, cfg.mixed_precision, cfg.hf_compile) == ("auto", "gpu", "auto")
+    assert cfg.n > cfg.m and cfg.rule == "max_variance"
+    assert cfg.prompts_per_step * cfg.n == cfg.gen_batch_size == cfg.eval_size
 
 
 @pytest.mark.parametrize("path", ACCELERATE, ids=lambda p: p.name)
