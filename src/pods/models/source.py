@@ -1,7 +1,7 @@
 """Where a policy's weights come from, told apart before anything loads.
 
 A ``--model`` is one of:
-    tiny                       the embedded model (pods.models.tiny), built on first use
+    tiny                       the embedded model (pods.models.tiny), shipped in the package
     smollm2                    a short name of a model ``pods fetch`` caches (pods.models.fetch)
     ./model.gguf               a GGUF file (or a folder or hub repo plus ``--gguf-file NAME``)
     ./folder                   a folder written by ``save_pretrained``
