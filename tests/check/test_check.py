@@ -52,27 +52,14 @@ def test_fsdp2_support_follows_the_config(monkeypatch):
 
 
 @pytest.fixture
-def cached_tiny(monkeypatch, tmp_path):
-    """The embedded model's cache filled with an untrained model of the same recipe, so
-    that `--model tiny` skips the minute of warm-up (the runs need not learn). The cache is
-    this test's own: other tests check that nothing was built in the session's cache."""
-    from pods.models.tiny import TinyRecipe, build_model, build_tokenizer, cache_dir
-    from pods.tasks.arithmetic import Arithmetic
-
-    monkeypatch.setenv("PODS_CACHE", str(tmp_path / "pods-cache"))
-
-    recipe = TinyRecipe(alphabet=Arithmetic.alphabet, task="arithmetic")
-    path = cache_dir() / f"tiny-qwen2-{recipe.task}-{recipe.key()}"
-    if not (path / "config.json").is_file():
-        tokenizer = build_tokenizer(recipe.alphabet)
-        build_model(recipe, tokenizer).save_pretrained(path)
-        tokenizer.save_pretrained(path)
+def quiet_modes(monkeypatch):
+    """The modes' processes offline and on one thread each (`--model tiny` is the shipped
+    model: nothing to build or download)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    return path
 
 
-def test_check_tiny_on_cpu(cached_tiny, tmp_path, capsys):
+def test_check_tiny_on_cpu(quiet_modes, tmp_path, capsys):
     out = tmp_path / "check"
     assert main([*TINY, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -103,7 +90,7 @@ def test_check_tiny_on_cpu(cached_tiny, tmp_path, capsys):
     assert main([*TINY, "--out", str(out)]) == 2  # an existing check is not overwritten
 
 
-def test_a_failing_mode_exits_1_with_the_reason(cached_tiny, tmp_path, monkeypatch, capsys):
+def test_a_failing_mode_exits_1_with_the_reason(quiet_modes, tmp_path, monkeypatch, capsys):
     broken = Mode("hf-broken", {"engine": "hf", "lora_rank": 4,
                                 "lora_target_modules": "no_such_proj"})
     skipped = Mode("ddp", skip="needs 2+ GPUs")

