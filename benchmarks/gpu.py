@@ -14,6 +14,8 @@ travel; pods runs from this checkout (PYTHONPATH=src). Sections:
               graphs at its first call, timed apart) against raw ``model.generate``
               (dynamic cache), 64 and 256 rows x 128 new tokens from 40-token prompts,
               SmolLM2's architecture: tokens/s
+  profile     one pods update (Qwen2.5-1.5B, 64 rows) under torch.profiler: its operators by
+              their own device time, in profile.txt beside the table
   default     the embedded default (``pods train``, device auto): wall time, accuracy
   tests       the test files that exercise the device (device auto is CUDA there)
 
@@ -118,6 +120,22 @@ def update_row(name: str, rows: int, device, args) -> dict:
 
 
 def measure_update(variant: str, name: str, rows: int, precision, device, args) -> dict:
+    """tokens/s, share of the matmul rate and peak memory of ``variant``'s step."""
+    step, model = update_step(variant, name, rows, precision, device, args)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    seconds = timed(step, device, args.repeats)
+    prompt, new = args.prompt, args.new
+    return {"tok_s": rows * (prompt + new) / seconds,
+            "share": work_flops(model, rows, prompt, new) / seconds / 1e12 / args.tflops,
+            "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30
+            if device.type == "cuda" else None}
+
+
+def update_step(variant: str, name: str, rows: int, precision, device, args):
+    """(step, model): one call of ``step`` is one update of ``variant`` ("pods": the
+    trainer's policy_update; "bare": fwd+bwd+AdamW) on a fresh model of ``name``, on
+    ``rows`` random rows, in ``precision``."""
     from pods.config import from_dict
     from pods.models.precision import autocast
     from pods.rollout import Rollouts
@@ -151,13 +169,41 @@ def measure_update(variant: str, name: str, rows: int, precision, device, args) 
         (-(logp * advantages[:, None]).mean()).backward()
         optimizer.step()
 
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    seconds = timed(pods_step if variant == "pods" else bare_step, device, args.repeats)
-    return {"tok_s": rows * (prompt + new) / seconds,
-            "share": work_flops(model, rows, prompt, new) / seconds / 1e12 / args.tflops,
-            "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30
-            if device.type == "cuda" else None}
+    return (pods_step if variant == "pods" else bare_step), model
+
+
+def profiled(step, device: torch.device, rows: int = 20) -> str:
+    """torch.profiler's table of one call of ``step``: the operators by their own time on
+    the device (CUDA) or the CPU, the most expensive ``rows``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
+                                           if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        step()
+        sync(device)
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=rows)
+
+
+def profile_update(device, args) -> str:
+    """Where pods's update spends its time: one profiled call (after a warm-up call) on the
+    larger architecture at the larger row count (where it is furthest from the matmul
+    rate)."""
+    from pods.config import ModelConfig
+    from pods.models.precision import plan
+
+    try:
+        step, _ = update_step("pods", "Qwen2.5-1.5B", args.rows[-1],
+                              plan(ModelConfig(), device), device, args)
+        step()
+        return profiled(step, device)
+    except torch.OutOfMemoryError:
+        return "out of memory"
+    finally:
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 def word_tokenizer(vocab_size: int):
@@ -271,7 +317,8 @@ def table(report: dict) -> str:
         f"accuracy {d['start']:.1%} -> best {d['best']:.1%}, end {d['end']:.1%}"
         if "wall_s" in d else d["error"] if d["error"] == "skipped" else
         f"failed: {d['error']}"),
-        f"device tests ({', '.join(TEST_FILES)}): {report['tests']['summary']}"]
+        f"device tests ({', '.join(TEST_FILES)}): {report['tests']['summary']}",
+        "the update's profile (Qwen2.5-1.5B, the larger row count): profile.txt"]
     return "\n".join(lines)
 
 
@@ -306,6 +353,8 @@ def main() -> None:
               "matmul_size": size, "tflops": args.tflops, "gen_new": args.gen_new}
     report["update"] = [] if "update" in skip else [
         update_row(name, rows, device, args) for name in ARCHITECTURES for rows in args.rows]
+    if "profile" not in skip:  # the full table in profile.txt; gpu.md names the file
+        (Path(args.out) / "profile.txt").write_text(profile_update(device, args) + "\n")
     report["generate"] = [] if "generate" in skip else [
         generation_row(rows, device, args) for rows in args.gen_rows]
     report["default"] = {"error": "skipped"} if "default" in skip else default_run(args)

@@ -25,5 +25,7 @@ def test_the_gpu_check_runs_on_a_cpu_and_prints_its_table(tmp_path):
         assert 0 < row["pods"]["share"]
     generation = report["generate"][0]
     assert min(generation[k] for k in ("engine_tok_s", "static_tok_s", "raw_tok_s")) > 0
+    profile = (tmp_path / "profile.txt").read_text()  # the update's operators, by own time
+    assert "Self CPU" in profile and "aten::" in profile
     table = (tmp_path / "gpu.md").read_text()
     assert "| SmolLM2-135M | 2 | float32 weights, float32 compute |" in table
