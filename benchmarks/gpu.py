@@ -20,7 +20,10 @@ travel; pods runs from this checkout (PYTHONPATH=src). Sections:
   tests       the test files that exercise the device (device auto is CUDA there)
 
     PYTHONPATH=src python benchmarks/gpu.py --out $OUT              # on the lent GPU
-    PYTHONPATH=src python benchmarks/gpu.py --quick --out /tmp/gpu  # rehearsal on a CPU
+    PYTHONPATH=src python benchmarks/gpu.py --quick --budget 900 --out /tmp/gpu  # on a CPU
+
+``--budget`` (default 480 s) bounds the whole: the embedded default and the tests get what
+the sections before them left, and gpu.json is written after each section.
 
 ``--quick`` shrinks every size (2 layers, a vocabulary of 4096, a few rows and tokens) so
 the whole path runs on a CPU in a few minutes; its figures mean nothing.
@@ -265,7 +268,11 @@ def default_run(args) -> dict:
     if args.quick:
         command += ["--max-steps", "3", "--eval-size", "20"]
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=args.default_timeout)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True,
+                              timeout=args.default_timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"stopped after {args.default_timeout:.0f} s (--budget)"}
     wall = time.perf_counter() - start
     if done.returncode:
         return {"error": done.stderr[-500:]}
@@ -286,7 +293,7 @@ def device_tests(args) -> dict:
                               timeout=args.tests_timeout)
         tail = done.stdout.strip().splitlines()[-1:] or ["no output"]
     except subprocess.TimeoutExpired:
-        return {"summary": f"stopped after {args.tests_timeout} s"}
+        return {"summary": f"stopped after {args.tests_timeout:.0f} s (--budget)"}
     return {"summary": tail[0], "returncode": done.returncode}
 
 
@@ -327,19 +334,30 @@ def _n(values: dict, key: str, fmt: str = "{:,.0f}") -> str:
     return values.get("error", "-") if value is None else fmt.format(value)
 
 
+def save(report: dict, out: str) -> None:
+    (Path(out) / "gpu.json").write_text(json.dumps(report, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/gpu-check", help="folder for gpu.json, gpu.md")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a CPU rehearsal")
     parser.add_argument("--skip", default="", help="comma-separated sections to skip")
+    parser.add_argument("--budget", type=float, default=480,
+                        help="seconds for the whole check: the default run and the tests get "
+                        "what the sections before them left (the lent GPU's one call: 10 min)")
     args = parser.parse_args()
+    started = time.perf_counter()
+
+    def left() -> float:
+        return args.budget - (time.perf_counter() - started)
+
     quick = args.quick
     args.rows = (2,) if quick else (16, 64)
     args.gen_rows = (4,) if quick else (64, 256)
     args.prompt, args.new = (8, 8) if quick else (PROMPT, NEW)
     args.gen_prompt, args.gen_new = (8, 8) if quick else (40, 128)
     args.repeats = 1 if quick else 3
-    args.default_timeout, args.tests_timeout = (600, 600) if quick else (150, 150)
     skip = set(args.skip.split(","))
     Path(args.out).mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -357,9 +375,13 @@ def main() -> None:
         (Path(args.out) / "profile.txt").write_text(profile_update(device, args) + "\n")
     report["generate"] = [] if "generate" in skip else [
         generation_row(rows, device, args) for rows in args.gen_rows]
+    save(report, args.out)  # what is measured so far, should the call be cut short
+    args.default_timeout = max(30.0, min(240.0, left() - 90))  # leaves the tests 90 s
     report["default"] = {"error": "skipped"} if "default" in skip else default_run(args)
+    save(report, args.out)
+    args.tests_timeout = max(20.0, left() - 5)
     report["tests"] = {"summary": "skipped"} if "tests" in skip else device_tests(args)
-    (Path(args.out) / "gpu.json").write_text(json.dumps(report, indent=1))
+    save(report, args.out)
     text = table(report)
     (Path(args.out) / "gpu.md").write_text(text + "\n")
     print(text)
