@@ -50,5 +50,5 @@ def source_dtype(name: str, gguf_file: str | None) -> str:
     except (OSError, ValueError):
         return "float32"
     dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
-    name = str(dtype or "float32").removeprefix("torch.")
-    return name if name in ("float32", "bfloat16", "float16") else "float32"
+    found = str(dtype or "float32").removeprefix("torch.")
+    return found if found in ("float32", "bfloat16", "float16") else "float32"

@@ -76,7 +76,8 @@ class SplitAdamW(torch.optim.Optimizer):
         for theirs, ours in zip(state_dict["param_groups"], self.param_groups, strict=True):
             for index, p in zip(theirs["params"], ours["params"], strict=True):
                 for key, value in saved.get(index, {}).items():
-                    self.state[p][key] = value.to(p.device)
+                    if key != "step":  # torch keeps the step count on the CPU: leave it
+                        self.state[p][key] = value.to(p.device)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -118,6 +119,19 @@ def make_optimizer(params, lr: float, betas: tuple[float, float], weight_decay: 
     if exact_bf16 and params and all(p.dtype == torch.bfloat16 for p in params):
         return SplitAdamW(params, lr=lr, betas=betas, weight_decay=weight_decay)
     return adamw(params, lr=lr, betas=betas, weight_decay=weight_decay)
+
+
+def run_optimizer(params, optim, sharded: bool, log) -> torch.optim.Optimizer:
+    """The trainer's optimizer over ``params`` (the trainable weights) with the settings of
+    ``optim`` (an OptimConfig): exact on bf16 weights unless ``bf16_updates`` is plain, and
+    ``log`` the warning of ``lost_updates_warning`` before any step. ``sharded`` (FSDP2):
+    the shards become float32 masters, so torch's AdamW and no warning."""
+    params = list(params)
+    exact = optim.bf16_updates == "exact" and not sharded
+    if not sharded and (lost := lost_updates_warning(params, optim.lr, exact)):
+        log(f"warning: {lost}")  # measured on these weights
+    return make_optimizer(params, lr=optim.lr, betas=(optim.adam_beta1, optim.adam_beta2),
+                          weight_decay=optim.weight_decay, exact_bf16=exact)
 
 
 def lost_updates_warning(params, lr: float, exact_bf16: bool) -> str | None:

@@ -41,7 +41,7 @@ from pods.train.checkpoint import (
     write_state,
 )
 from pods.train.checks import check
-from pods.train.optimizer import lost_updates_warning, make_optimizer
+from pods.train.optimizer import run_optimizer
 from pods.train.progress import Clock, over_ranks
 from pods.train.sampling import INPUT, Round, assemble, enough, varied
 from pods.train.schedule import budget_progress, lr_multiplier
@@ -117,15 +117,9 @@ class Trainer:
                            log=silent)[0].eval()
 
     def _optimizer(self) -> torch.optim.Optimizer:
-        """AdamW over the trainable weights (pods.train.optimizer): exact on bf16 weights
-        unless asked otherwise (FSDP2 keeps float32 shards: torch's AdamW on them)."""
-        o = self.cfg.optim
+        """AdamW over the trainable weights (pods.train.optimizer.run_optimizer)."""
         trainable = [p for p in self.model.parameters() if p.requires_grad]
-        exact = o.bf16_updates == "exact" and not self.dist.sharded
-        if not self.dist.sharded and (lost := lost_updates_warning(trainable, o.lr, exact)):
-            self.log(f"warning: {lost}")  # measured on these weights, before any step
-        return make_optimizer(trainable, lr=o.lr, betas=(o.adam_beta1, o.adam_beta2),
-                              weight_decay=o.weight_decay, exact_bf16=exact)
+        return run_optimizer(trainable, self.cfg.optim, self.dist.sharded, self.log)
 
     # ---- one step: sample (generate, score, select), then update on what was kept -------
     def step(self) -> dict[str, float]:

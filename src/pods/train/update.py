@@ -122,13 +122,14 @@ def policy_update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec
                     ref_logp=None if ref is None else ref[part], normalizer=normalizer)
                 dist.backward(loss)
             logged.append((loss.detach(), stats, keep[part].sum(), first))
+        kept_tokens = max(keep.sum().item(), 1)
         for loss, stats, tokens, first in logged:  # in order: the same sums as part by part
             if "gap" in first:
                 _merge_gap(gap, {k: float(v) for k, v in first["gap"].items()})
             if "is" in first:
                 _add(is_sums, {k: float(v) for k, v in first["is"].items()}, 1.0)
             _add(totals, {"loss/loss": loss.item()}, 1.0)  # parts add up to the batch loss
-            share = tokens.item() / max(keep.sum().item(), 1)  # token share
+            share = tokens.item() / kept_tokens  # token share
             _add(totals, stats.as_floats(), share)
         if optim.max_grad_norm > 0:
             norm = dist.clip_grad_norm(model, optim.max_grad_norm)
