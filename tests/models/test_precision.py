@@ -15,13 +15,18 @@ from pods.models.precision import lost_share, plan, resolve_mixed_precision, wei
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
 
+def a_model(**options) -> ModelConfig:
+    """A model other than the embedded one (which computes in float32 everywhere)."""
+    return ModelConfig(name="HuggingFaceTB/SmolLM2-135M-Instruct", **options)
+
+
 @pytest.fixture
 def bf16_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
 
 
 def test_the_default_on_a_bf16_gpu_is_float32_weights_and_bf16_compute(bf16_gpu):
-    p = plan(ModelConfig(), CUDA)
+    p = plan(a_model(), CUDA)
     assert p.weights == torch.float32  # never bfloat16 by default: updates would round away
     assert (p.mixed, p.update, p.sampling, p.shards) == ("bf16", "bf16", torch.bfloat16, None)
     assert p.describe() == "weights float32 (AdamW's master copy), update computes in " \
@@ -30,35 +35,43 @@ def test_the_default_on_a_bf16_gpu_is_float32_weights_and_bf16_compute(bf16_gpu)
 
 
 def test_the_default_on_a_cpu_is_float32_through_and_through():
-    p = plan(ModelConfig(), CPU)
+    p = plan(a_model(), CPU)
     assert (p.weights, p.mixed, p.sampling) == (torch.float32, "no", None)
     assert p.short == "float32 weights, float32 compute"
 
 
 def test_a_gpu_without_bf16_computes_in_float32(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
-    p = plan(ModelConfig(), CUDA)
+    p = plan(a_model(), CUDA)
     assert (p.weights, p.mixed) == (torch.float32, "no")
 
 
+def test_the_embedded_model_computes_in_float32_on_every_device_unless_asked(bf16_gpu):
+    for device in (CPU, CUDA):
+        p = plan(ModelConfig(), device)  # the embedded default: --model tiny
+        assert (p.weights, p.mixed, p.sampling) == (torch.float32, "no", None)
+    assert plan(ModelConfig(mixed_precision="bf16"), CUDA).mixed == "bf16"  # asked for
+    assert plan(a_model(), CUDA).mixed == "bf16"  # any other model: the GPU default
+
+
 def test_fsdp2_keeps_float32_shards_and_gathers_them_in_bf16(bf16_gpu):
-    p = plan(ModelConfig(), CUDA, sharded=True)
+    p = plan(a_model(), CUDA, sharded=True)
     assert (p.update, p.sampling, p.shards) == ("no", None, torch.bfloat16)  # policy, no autocast
     assert p.short == "float32 weights, bfloat16 compute"
-    assert plan(ModelConfig(dtype="bfloat16"), CPU, sharded=True).shards == torch.bfloat16
-    assert plan(ModelConfig(), CPU, sharded=True).shards is None  # CPU: float32 compute
+    assert plan(a_model(dtype="bfloat16"), CPU, sharded=True).shards == torch.bfloat16
+    assert plan(a_model(), CPU, sharded=True).shards is None  # CPU: float32 compute
 
 
 def test_bf16_weights_only_by_choice(bf16_gpu):
     for device in (CPU, CUDA):
-        chosen = ModelConfig(dtype="bfloat16")
+        chosen = a_model(dtype="bfloat16")
         assert weights_dtype(chosen, device) == torch.bfloat16
         # the default "gpu" computes 16-bit weights in their own dtype
         assert resolve_mixed_precision(chosen.mixed_precision, device, chosen.dtype) == "no"
-    assert plan(ModelConfig(dtype="bfloat16"), CUDA).describe() == (
+    assert plan(a_model(dtype="bfloat16"), CUDA).describe() == (
         "weights bfloat16 (exact updates: float32 master = weight + its low 16 bits), update "
         "computes in bfloat16")
-    assert "plain AdamW" in plan(ModelConfig(dtype="bfloat16"), CUDA).describe("plain")
+    assert "plain AdamW" in plan(a_model(dtype="bfloat16"), CUDA).describe("plain")
 
 
 def test_gpu_is_bf16_only_on_a_gpu_and_auto_where_native(bf16_gpu, monkeypatch):
@@ -69,7 +82,7 @@ def test_gpu_is_bf16_only_on_a_gpu_and_auto_where_native(bf16_gpu, monkeypatch):
 
 
 def test_a_lora_run_keeps_a_bf16_base_on_a_gpu_and_float32_adapters(bf16_gpu, tiny_model_dir):
-    lora = ModelConfig(lora_rank=4)
+    lora = a_model(lora_rank=4)
     assert weights_dtype(lora, CUDA) == torch.bfloat16  # frozen: no update to lose
     assert weights_dtype(lora, CPU) == torch.float32
     # what PEFT does with a bf16 base (loaded here on the CPU, as it would be on the GPU)

@@ -45,7 +45,9 @@ class ModelConfig:
         "each update; the vllm engine in bfloat16), about 2x faster on GPUs and on CPUs with "
         "AVX-512 BF16 or AMX, far slower on CPUs without them (emulated); no: compute in the "
         "weights' dtype; gpu (the default): bf16 on a GPU with bf16, else no, so CPU runs "
-        "compute in float32; auto: bf16 wherever it is native (a GPU with bf16, a CPU with "
+        "compute in float32 (the embedded model, too small to gain from bf16, computes in "
+        "float32 everywhere, so its first run starts alike on a GPU and a CPU); auto: "
+        "bf16 wherever it is native (a GPU with bf16, a CPU with "
         "AVX-512 BF16 or AMX), else no. bf16 and auto need --dtype float32 (or auto); with "
         "another --dtype, gpu computes in that dtype.")
     lora_rank: int = leaf(0, "LoRA rank; 0 = full fine-tuning (the paper's single-GPU runs: 64).")
