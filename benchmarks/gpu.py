@@ -104,12 +104,19 @@ def work_flops(model, rows: int, prompt: int, new: int) -> float:
     return 6 * body * rows * (prompt + new) + 6 * embedding * rows * new
 
 
-def update_row(name: str, rows: int, device, args) -> dict:
-    """pods's update and the bare step on ``rows`` kept rows, each on a fresh model."""
+def default_precision(name: str, device: torch.device):
+    """What pods's defaults store and compute in for the architecture ``name`` on ``device``
+    (named: the embedded model's float32 compute must not stand in for it)."""
     from pods.config import ModelConfig
     from pods.models.precision import plan
 
-    precision = plan(ModelConfig(), device)
+    return plan(ModelConfig(name=name), device)
+
+
+def update_row(name: str, rows: int, device, args) -> dict:
+    """pods's update and the bare step on ``rows`` kept rows, each on a fresh model."""
+
+    precision = default_precision(name, device)
     result = {"model": name, "rows": rows, "precision": precision.short}
     for variant in ("pods", "bare"):
         try:
@@ -193,12 +200,10 @@ def profile_update(device, args) -> str:
     """Where pods's update spends its time: one profiled call (after a warm-up call) on the
     larger architecture at the larger row count (where it is furthest from the matmul
     rate)."""
-    from pods.config import ModelConfig
-    from pods.models.precision import plan
 
     try:
         step, _ = update_step("pods", "Qwen2.5-1.5B", args.rows[-1],
-                              plan(ModelConfig(), device), device, args)
+                              default_precision("Qwen2.5-1.5B", device), device, args)
         step()
         return profiled(step, device)
     except torch.OutOfMemoryError:
@@ -223,11 +228,9 @@ def word_tokenizer(vocab_size: int):
 def generation_row(rows: int, device, args) -> dict:
     """The hf engine (keyed sampler) and raw ``generate`` (multinomial) on ``rows`` rows,
     in the dtype the hf engine samples in by default (bf16 on a GPU: its sampling copy)."""
-    from pods.config import ModelConfig
-    from pods.models.precision import plan
     from pods.rollout.hf import SamplingRequest, generate
 
-    precision = plan(ModelConfig(), device)
+    precision = default_precision("SmolLM2-135M", device)
     model = build("SmolLM2-135M", device, precision.sampling or precision.weights,
                   args.quick).eval()
     tokenizer = word_tokenizer(model.config.vocab_size)

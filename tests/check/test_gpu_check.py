@@ -29,3 +29,19 @@ def test_the_gpu_check_runs_on_a_cpu_and_prints_its_table(tmp_path):
     assert "Self CPU" in profile and "aten::" in profile
     table = (tmp_path / "gpu.md").read_text()
     assert "| SmolLM2-135M | 2 | float32 weights, float32 compute |" in table
+
+
+def test_the_check_measures_the_architectures_in_the_gpu_default_precision(monkeypatch):
+    """bf16 compute on a GPU with bf16, as a user's model gets it (not the embedded model's
+    float32, which plain ModelConfig() would plan for)."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("gpu", ROOT / "benchmarks" / "gpu.py")
+    gpu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    for name in gpu.ARCHITECTURES:
+        precision = gpu.default_precision(name, torch.device("cuda"))
+        assert (precision.weights, precision.update) == (torch.float32, "bf16")
