@@ -276,8 +276,8 @@ def test_flags_of_fixed_choices_take_only_those(capsys):
 
 
 def test_a_time_budget_alone_is_the_whole_budget(tmp_path):
-    """The default budget is 800 steps; a config that names only max_time means that."""
-    assert (TrainConfig().run.max_steps, TrainConfig().run.max_time) == (800, None)
+    """The default budget is 1000 steps; a config that names only max_time means that."""
+    assert (TrainConfig().run.max_steps, TrainConfig().run.max_time) == (1000, None)
     timed = from_dict({"max_time": 3600})
     assert (timed.run.max_steps, timed.run.max_time) == (None, 3600)
     both = from_dict({"max_time": 60, "max_steps": 10})

@@ -146,7 +146,7 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    max_steps: int | None = leaf(800, "Stop after this many optimizer steps (None: no limit); "
+    max_steps: int | None = leaf(1000, "Stop after this many optimizer steps (None: no limit); "
                                   "a step budget makes the lr schedule and the result "
                                   "independent of the machine's speed. A max_time given "
                                   "without max_steps is the whole budget (no step limit).")

@@ -84,8 +84,10 @@ class OptimConfig:
                                  "decay to lr_floor * lr (see pods.train.schedule).")
     warmup_frac: float = leaf(0.05, "Fraction of the budget over which the lr rises linearly "
                               "from 0 to lr, before the schedule's decay.")
-    lr_floor: float = leaf(0.1, "The lr at the end of a linear or cosine schedule, as a "
-                           "fraction of lr.")
+    lr_floor: float = leaf(0.0, "The lr at the end of a linear or cosine schedule, as a "
+                           "fraction of lr (the embedded default decays to 0: its last "
+                           "steps then polish rather than wander; recipes tuned before "
+                           "2026-11-27 set 0.1).")
     weight_decay: float = leaf(0.0, "AdamW weight decay.")
     adam_beta1: float = leaf(0.9, "AdamW beta1.")
     adam_beta2: float = leaf(0.999, "AdamW beta2 (the paper: 0.99).")
