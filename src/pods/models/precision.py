@@ -100,9 +100,9 @@ def plan(options: ModelConfig, device: torch.device, sharded: bool = False) -> P
     """The precision a run with ``options`` uses on ``device`` (``sharded``: FSDP2). The
     embedded model (``--model tiny``) computes in float32 under the default "gpu" on every
     device: its matmuls (hidden size 64) are too small for bfloat16 to be faster on a GPU,
-    and in float32 its greedy evaluations, the start of ``pods train``'s curve included, are
-    the same on a GPU as on a CPU (bf16 compute, emulated on a CPU, moves its start from
-    16.0% to 15.2%)."""
+    and in float32 its greedy evaluations, the start of ``pods train``'s curve included,
+    should match a CPU's on a GPU (not yet run on one; bf16 compute, emulated on a CPU,
+    moves its start from 16.0% to 15.2%)."""
     name = options.mixed_precision
     if name == "gpu" and options.name == "tiny":
         name = "no"
