@@ -16,6 +16,9 @@ travel; pods runs from this checkout (PYTHONPATH=src). Sections:
               SmolLM2's architecture: tokens/s
   profile     one pods update (Qwen2.5-1.5B, 64 rows) under torch.profiler: its operators by
               their own device time, in profile.txt beside the table
+  head        the same update with the output head's chunk size and recompute varied
+              (pods.models.logprobs patched): tokens/s and peak memory of each, so that the
+              call that finds the head in the profile also measures what changing it gives
   default     the embedded default (``pods train``, device auto): wall time, accuracy
   tests       the test files that exercise the device (device auto is CUDA there)
 
@@ -32,6 +35,7 @@ the whole path runs on a CPU in a few minutes; its figures mean nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
 import json
@@ -214,6 +218,43 @@ def profile_update(device, args) -> str:
             torch.cuda.empty_cache()
 
 
+HEAD_VARIANTS = {  # label: (HEAD_CHUNK, recomputed in the backward)
+    "chunks of 2^25 floats, recomputed (pods)": (2**25, True),
+    "chunks of 2^27 floats, recomputed": (2**27, True),
+    "chunks of 2^25 floats, kept (no recompute)": (2**25, False),
+}
+
+
+def head_rows(device, args) -> list[dict]:
+    """pods's update on Qwen2.5-1.5B's architecture at the larger row count, once per
+    ``HEAD_VARIANTS`` entry: tokens/s and peak memory."""
+    from unittest import mock
+
+    from pods.models import logprobs
+
+    rows = []
+    for label, (chunk, recompute) in HEAD_VARIANTS.items():
+        with contextlib.ExitStack() as patches:
+            patches.enter_context(mock.patch.object(logprobs, "HEAD_CHUNK", chunk))
+            if not recompute:
+                patches.enter_context(mock.patch.object(logprobs, "checkpoint", _kept))
+            try:
+                row = measure_update("pods", "Qwen2.5-1.5B", args.rows[-1],
+                                     default_precision("Qwen2.5-1.5B", device), device, args)
+            except torch.OutOfMemoryError:
+                row = {"error": "out of memory"}
+        rows.append({"variant": label, **row})
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _kept(function, *args, use_reentrant=None):
+    """In place of torch.utils.checkpoint.checkpoint: autograd keeps the chunk's logits."""
+    return function(*args)
+
+
 def word_tokenizer(vocab_size: int):
     """A tokenizer whose tokens are "t0".."t{V-1}" (pad t0, eos t1): prompts of random ids."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -314,6 +355,12 @@ def table(report: dict) -> str:
                  _n(p, "share", "{:.0%}"), _n(b, "share", "{:.0%}"),
                  _n(p, "peak_gib", "{:.1f}"), _n(b, "peak_gib", "{:.1f}")]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
+    if report.get("head"):
+        lines += ["", f"| output head (Qwen2.5-1.5B arch., {report['rows'][-1]} rows) | pods "
+                  "tok/s | share | peak GiB |", "|---|---|---|---|"]
+        for r in report["head"]:
+            lines.append(f"| {r['variant']} | {_n(r, 'tok_s')} | {_n(r, 'share', '{:.0%}')} "
+                         f"| {_n(r, 'peak_gib', '{:.1f}')} |")
     lines += ["", "| generation (SmolLM2-135M arch.) | rows | dtype | hf engine tok/s "
               "| hf engine, static cache tok/s (first call s) | raw generate tok/s |",
               "|---|---|---|---|---|---|"]
@@ -371,11 +418,13 @@ def main() -> None:
     report = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else
               "cpu", "date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "transformers": transformers.__version__, "command": " ".join(sys.argv),
-              "matmul_size": size, "tflops": args.tflops, "gen_new": args.gen_new}
+              "matmul_size": size, "tflops": args.tflops, "gen_new": args.gen_new,
+              "rows": list(args.rows)}
     report["update"] = [] if "update" in skip else [
         update_row(name, rows, device, args) for name in ARCHITECTURES for rows in args.rows]
     if "profile" not in skip:  # the full table in profile.txt; gpu.md names the file
         (Path(args.out) / "profile.txt").write_text(profile_update(device, args) + "\n")
+    report["head"] = [] if "head" in skip else head_rows(device, args)
     report["generate"] = [] if "generate" in skip else [
         generation_row(rows, device, args) for rows in args.gen_rows]
     save(report, args.out)  # what is measured so far, should the call be cut short

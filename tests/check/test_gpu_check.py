@@ -27,8 +27,12 @@ def test_the_gpu_check_runs_on_a_cpu_and_prints_its_table(tmp_path):
     assert min(generation[k] for k in ("engine_tok_s", "static_tok_s", "raw_tok_s")) > 0
     profile = (tmp_path / "profile.txt").read_text()  # the update's operators, by own time
     assert "Self CPU" in profile and "aten::" in profile
+    heads = report["head"]  # the output head's chunk size and recompute varied
+    assert [h["variant"] for h in heads][-1] == "chunks of 2^25 floats, kept (no recompute)"
+    assert len(heads) == 3 and all(h["tok_s"] > 0 for h in heads)
     table = (tmp_path / "gpu.md").read_text()
     assert "| SmolLM2-135M | 2 | float32 weights, float32 compute |" in table
+    assert "| output head (Qwen2.5-1.5B arch., 2 rows) |" in table
 
 
 def test_the_check_measures_the_architectures_in_the_gpu_default_precision(monkeypatch):
