@@ -119,7 +119,6 @@ def default_precision(name: str, device: torch.device):
 
 def update_row(name: str, rows: int, device, args) -> dict:
     """pods's update and the bare step on ``rows`` kept rows, each on a fresh model."""
-
     precision = default_precision(name, device)
     result = {"model": name, "rows": rows, "precision": precision.short}
     for variant in ("pods", "bare"):
@@ -127,10 +126,15 @@ def update_row(name: str, rows: int, device, args) -> dict:
             result[variant] = measure_update(variant, name, rows, precision, device, args)
         except torch.OutOfMemoryError:
             result[variant] = {"error": "out of memory"}
-        gc.collect()  # the model and optimizer went with the call
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        release(device)  # the model and optimizer went with the call
     return result
+
+
+def release(device: torch.device) -> None:
+    """Free what a measurement's model and optimizer held before the next one builds."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def measure_update(variant: str, name: str, rows: int, precision, device, args) -> dict:
@@ -204,7 +208,6 @@ def profile_update(device, args) -> str:
     """Where pods's update spends its time: one profiled call (after a warm-up call) on the
     larger architecture at the larger row count (where it is furthest from the matmul
     rate)."""
-
     try:
         step, _ = update_step("pods", "Qwen2.5-1.5B", args.rows[-1],
                               default_precision("Qwen2.5-1.5B", device), device, args)
@@ -213,9 +216,7 @@ def profile_update(device, args) -> str:
     except torch.OutOfMemoryError:
         return "out of memory"
     finally:
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        release(device)
 
 
 HEAD_VARIANTS = {  # label: (HEAD_CHUNK, recomputed in the backward)
@@ -225,15 +226,19 @@ HEAD_VARIANTS = {  # label: (HEAD_CHUNK, recomputed in the backward)
 }
 
 
-def head_rows(device, args) -> list[dict]:
+def head_rows(device, args, measured: dict | None) -> list[dict]:
     """pods's update on Qwen2.5-1.5B's architecture at the larger row count, once per
-    ``HEAD_VARIANTS`` entry: tokens/s and peak memory."""
+    ``HEAD_VARIANTS`` entry: tokens/s and peak memory. ``measured``: the update section's
+    pods result at that size, pods's own head (not measured again); None: measure it."""
     from unittest import mock
 
     from pods.models import logprobs
 
     rows = []
     for label, (chunk, recompute) in HEAD_VARIANTS.items():
+        if (chunk, recompute) == (logprobs.HEAD_CHUNK, True) and measured is not None:
+            rows.append({"variant": label, **measured})
+            continue
         with contextlib.ExitStack() as patches:
             patches.enter_context(mock.patch.object(logprobs, "HEAD_CHUNK", chunk))
             if not recompute:
@@ -244,9 +249,7 @@ def head_rows(device, args) -> list[dict]:
             except torch.OutOfMemoryError:
                 row = {"error": "out of memory"}
         rows.append({"variant": label, **row})
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        release(device)
     return rows
 
 
@@ -424,7 +427,9 @@ def main() -> None:
         update_row(name, rows, device, args) for name in ARCHITECTURES for rows in args.rows]
     if "profile" not in skip:  # the full table in profile.txt; gpu.md names the file
         (Path(args.out) / "profile.txt").write_text(profile_update(device, args) + "\n")
-    report["head"] = [] if "head" in skip else head_rows(device, args)
+    measured = next((r["pods"] for r in report["update"]
+                     if (r["model"], r["rows"]) == ("Qwen2.5-1.5B", args.rows[-1])), None)
+    report["head"] = [] if "head" in skip else head_rows(device, args, measured)
     report["generate"] = [] if "generate" in skip else [
         generation_row(rows, device, args) for rows in args.gen_rows]
     save(report, args.out)  # what is measured so far, should the call be cut short

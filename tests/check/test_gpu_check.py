@@ -30,6 +30,8 @@ def test_the_gpu_check_runs_on_a_cpu_and_prints_its_table(tmp_path):
     heads = report["head"]  # the output head's chunk size and recompute varied
     assert [h["variant"] for h in heads][-1] == "chunks of 2^25 floats, kept (no recompute)"
     assert len(heads) == 3 and all(h["tok_s"] > 0 for h in heads)
+    pods_head = {k: v for k, v in heads[0].items() if k != "variant"}
+    assert pods_head == report["update"][-1]["pods"]  # pods's own head: not measured twice
     table = (tmp_path / "gpu.md").read_text()
     assert "| SmolLM2-135M | 2 | float32 weights, float32 compute |" in table
     assert "| output head (Qwen2.5-1.5B arch., 2 rows) |" in table
