@@ -142,3 +142,35 @@ def test_the_patterns_catch_what_they_are_for():
     assert not MEASUREMENT.search("no D-Bus session bus; keys {uid}_{session}_{index}")
     assert BARE_ISSUE.search("since issue 36 it runs") and BARE_ISSUE.search("fixed in #51.")
     assert not BARE_ISSUE.search("[above](#30-minutes-of-training) and &#8212;")
+
+
+GIB, MIB = 2**30, 2**20
+
+
+def test_the_gpu_guides_memory_adds_up_to_the_measured_peak():
+    """docs/guides/gpu.md's arithmetic, redone: the measured 78.7 GiB peak of a float32-master
+    update (Qwen2.5-1.5B, 64 rows x 288 tokens) splits into the trained state (16 bytes a
+    parameter), the bf16 casts (2) and 2.94 MiB of activations a token; each set-up's
+    training total is the sum of its cells, and vLLM's 0.3 of 79.6 GiB comes on top."""
+    guide = " ".join((ROOT / "docs" / "guides" / "gpu.md").read_text().split())
+    state, casts = 16 * 1.54e9 / GIB, 2 * 1.54e9 / GIB  # 22.9 and 2.9 GiB
+    activations = 78.7 - state - casts  # 52.9 GiB
+    per_token = activations * GIB / MIB / (64 * 288)  # 2.94 MiB
+    assert (f"{state:.1f}", f"{casts:.1f}", f"{activations:.1f}", f"{per_token:.2f}") == \
+        ("22.9", "2.9", "52.9", "2.94")
+    assert "peaked at **78.7 GiB**" in guide and "**2.94 MiB a token**" in guide
+    assert f"{0.3 * 79.6:.1f} GiB" in guide and f"{79.6 - 0.3 * 79.6:.1f} GiB" in guide
+    table = _section((ROOT / "docs" / "guides" / "gpu.md").read_text(), "The set-ups, by")
+    rows = [line.split("|")[2:-1] for line in table.splitlines()
+            if line.startswith("| ") and "GPU" in line.split("|")[1]]
+    assert len(rows) == 6
+    for cells in rows:
+        parts = [float(n) for cell in cells[:3]
+                 for n in re.findall(r"(?:= |^ )(\d+\.\d)|(\d+\.\d) (?:base|adapters)", cell)
+                 for n in n if n]
+        training, total = float(cells[3]), float(cells[4])
+        assert abs(sum(parts) - training) <= 0.15, cells
+        assert abs(training + 0.3 * 79.6 - total) <= 0.15, cells
+    sums = re.findall(r"(\d+\.\d) \+ 23\.9 = (\d+\.\d)", guide)
+    assert len(sums) == 6 and all(abs(float(a) + 23.9 - float(b)) <= 0.05 for a, b in sums)
+    assert {a for a, _ in sums} == {cells[3].strip() for cells in rows}
