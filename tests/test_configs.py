@@ -112,3 +112,30 @@ def test_every_paper_run_belongs_to_a_comparison():
              if isinstance(value, str)}
     runs = {p.name for p in TRAIN if p.parent.name == "paper"}
     assert runs <= named
+
+
+GPU_SETUPS = sorted((CONFIGS / "gpu").glob("*.yaml"))
+PINNED = {"model", "dtype", "mixed_precision", "lora_rank", "gradient_checkpointing", "task",
+          "max_prompt_tokens", "format_weight", "tag_weight", "prompts_per_step", "n", "m",
+          "rule", "dynamic_sampling", "temperature", "max_new_tokens", "engine",
+          "vllm_gpu_memory_utilization", "gen_batch_size", "lr", "lr_schedule", "warmup_frac",
+          "weight_decay", "adam_beta1", "adam_beta2", "max_grad_norm", "micro_batch_size",
+          "beta", "loss_norm", "clip_eps", "device", "max_time", "max_steps", "eval_every",
+          "eval_size", "eval_repeats", "eval_temperature", "checkpoint_every", "seed"}
+
+
+@pytest.mark.parametrize("path", GPU_SETUPS, ids=lambda p: p.name)
+def test_gpu_setup_config_is_pinned_and_matches_its_name(path):
+    """The set-ups of docs/guides/gpu.md (TASK_MODEL_Ngpu.yaml): every key that shapes the run
+    written in the file (a change of pods's defaults cannot change it), the model and task
+    its name says, one prompt per GPU, PODS with the micro-batch the guide's memory assumes."""
+    written = set(load_yaml(path))
+    assert sorted(PINNED - written) == []
+    cfg = flat(from_dict(load_yaml(path)))
+    name = re.fullmatch(r"(\w+)_(qwen[\d.]+-[\d.]+b)_(\d+)gpu\.yaml", path.name)
+    task, model, gpus = name.groups()
+    assert cfg.task == task and cfg.model.lower() == f"qwen/{model}-instruct"
+    assert cfg.prompts_per_step == int(gpus) and cfg.engine == "vllm"
+    assert cfg.n > cfg.m and cfg.rule == "max_variance" and cfg.micro_batch_size == cfg.m
+    assert cfg.lora_rank == 0 and cfg.lr <= 1e-6 and cfg.gradient_checkpointing
+    assert cfg.max_steps is None and cfg.max_time > 0 and cfg.eval_size is None

@@ -32,7 +32,7 @@ steps_per_generation`` rollouts per generation: ``generation_batch_size`` (which
 counts generated rollouts) is n/m times what TRL would derive. Each process must hold whole
 groups, so ``per_device_train_batch_size * steps_per_generation`` must be a multiple of m (and
 ``per_device_train_batch_size * n`` of m); ``PODSGRPOConfig`` says what to change if not.
-Untested here (no GPU): in vLLM colocate mode TRL caps vLLM's concurrent sequences at
+Not yet run on a GPU: in vLLM colocate mode TRL caps vLLM's concurrent sequences at
 ``per_device_train_batch_size * tensor_parallel_size * steps_per_generation``, which now
 counts kept rollouts, so vLLM may generate the n/m times larger batch in several waves.
 
