@@ -16,13 +16,15 @@ the extra steps write padding).
 
 The temperature is a device tensor too (0: greedy, the argmax of the logits), so that
 training's sampling and a greedy evaluation at the same shape share one compiled step.
-The first compile of a shape takes tens of seconds; its kernels are kept by torch's
-inductor caches (FX graph and AOTAutograd caches, on by default) in the pods cache
-(``compile_cache``), so later processes on the same machine skip that work.
+The compile happens at the first call of each shape (rows, prompt columns, new tokens):
+its kernels are kept by torch's inductor caches (FX graph and AOTAutograd caches, on by
+default) in the pods cache (``compile_cache``), so later processes on the same machine
+skip that work (tracing the step and recording its graph remain, once per process).
 
-The same keys give the same tokens and log-probs as ``generate`` on the same cache
-(tests/rollout/test_hf_decode.py): the same forward passes, position ids, masks and
-sampler, in the same order.
+The same keys give the same tokens and log-probs as ``generate`` on the same cache: the
+same forward passes, position ids, masks and sampler, in the same order (bit for bit
+without the compile, tests/rollout/test_hf_decode.py; compiled, up to the rounding of
+the fused kernels).
 """
 
 from __future__ import annotations

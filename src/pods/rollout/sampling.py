@@ -60,8 +60,8 @@ def keyed_draw(scores: Tensor, row_keys: Tensor, position: Tensor,
 
 
 class KeyedSampler:
-    """A logits processor that samples the next token from softmax(scores / temperature)
-    by inverse CDF, with a uniform that is a hash of the row's key and the position; it
+    """A logits processor (for transformers' ``generate``) that samples the next token
+    with ``keyed_draw`` at the position it counts from the calls' input widths; it
     returns scores that are 0 at the drawn token and -inf elsewhere, so that greedy
     decoding takes exactly that token. row_keys [B] int64; scores [B, V].
 
