@@ -77,7 +77,6 @@ class Buffers:
 
     tokens: Tensor  # [B, 1] int64: the token each row feeds next
     positions: Tensor  # [B, 1] int64: its position id (the row's real tokens before it)
-    cache_position: Tensor  # [1] int64: its cache column
     index: Tensor  # [] int64: the completion column the step writes
     keys: Tensor  # [B] int64: each row's random stream
     temperature: Tensor  # [] float32: 0 greedy
@@ -92,7 +91,7 @@ class Buffers:
         def zeros(*shape, dtype=torch.long):
             return torch.zeros(shape, dtype=dtype, device=device)
 
-        return Buffers(zeros(rows, 1), zeros(rows, 1), zeros(1), zeros(), zeros(rows),
+        return Buffers(zeros(rows, 1), zeros(rows, 1), zeros(), zeros(rows),
                        zeros(dtype=torch.float32), zeros(rows, columns),
                        zeros(rows, dtype=torch.bool), zeros(rows), zeros(rows, new),
                        zeros(rows, new, dtype=torch.float32))
@@ -126,9 +125,8 @@ class DecodeLoop:
         b, new = self.buffers, self.buffers.completion.shape[1]
         self.reset(ids, mask, keys, temperature)
         positions = (mask.cumsum(1) - 1).clamp(min=0)  # [rows, width]: padding at 0
-        logits = self.forward(ids, positions, torch.arange(self.width, device=ids.device))
+        logits = self.forward(ids, positions)  # the cache tracks its own columns
         b.positions.copy_(mask.sum(1, keepdim=True))  # the first drawn token's position
-        b.cache_position.fill_(self.width)
         self.select(logits)
         for step in range(1, new):
             self.step()
@@ -151,21 +149,19 @@ class DecodeLoop:
         b.completion.fill_(self.pad_id)
         b.logprobs.zero_()
 
-    def forward(self, ids: Tensor, positions: Tensor, cache_position: Tensor) -> Tensor:
-        """The last position's logits [rows, V] in float32, with ids [rows, q] at cache
-        columns ``cache_position`` [q] (passed where a transformers still takes it)."""
+    def forward(self, ids: Tensor, positions: Tensor) -> Tensor:
+        """The last position's logits [rows, V] in float32, for ids [rows, q] written to
+        the cache's next q columns (the cache counts them itself, on the device)."""
         out = self.model(input_ids=ids, attention_mask=self.buffers.mask,
-                         position_ids=positions, cache_position=cache_position,
-                         use_cache=True, logits_to_keep=1,
+                         position_ids=positions, use_cache=True, logits_to_keep=1,
                          **{self.cache_keyword: self.cache})
         return out.logits[:, -1].float()
 
     def _step(self) -> None:
         """One decoding step, in place: feed each row's last token, draw the next."""
         b = self.buffers
-        logits = self.forward(b.tokens, b.positions, b.cache_position)  # [rows, V]
+        logits = self.forward(b.tokens, b.positions)  # [rows, V]
         b.positions.add_(1)
-        b.cache_position.add_(1)
         self.select(logits)
 
     def select(self, logits: Tensor) -> None:
