@@ -125,3 +125,46 @@ def test_compiled_kernels_go_to_the_pods_cache_unless_set(monkeypatch, tmp_path)
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
     monkeypatch.setenv("PODS_CACHE", str(tmp_path))
     assert compile_cache() == str(tmp_path / "compile")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA GPU: the static path is compiled to CUDA graphs there")
+@pytest.mark.parametrize("decode", ["loop", "generate"])
+def test_on_cuda_each_shape_is_recorded_once_and_replayed(noisy, decode, monkeypatch):
+    """Compiled, a shape's CUDA graphs are recorded at its first call and replayed at the
+    later ones (the cache is kept: same addresses), sampled and greedy calls alike; no
+    graph is skipped; the log-probs are the model's own."""
+    import copy
+
+    from torch._dynamo.utils import counters
+    from torch._inductor import cudagraph_trees
+
+    from pods.models.logprobs import completion_logprobs
+
+    model, tokenizer = noisy
+    model = copy.deepcopy(model).cuda()
+    recorded = []
+    record = cudagraph_trees.CUDAGraphNode.__init__
+
+    def counted(self, *args, **kwargs):
+        recorded.append(decode)
+        record(self, *args, **kwargs)
+
+    monkeypatch.setattr(cudagraph_trees.CUDAGraphNode, "__init__", counted)
+    counters.clear()
+    static = StaticDecoding(None, decode)
+    keys = sample_keys(5, 2, torch.arange(6))
+    sampled = SamplingRequest(PROMPTS, 2, 1.0, 12, keys=keys)
+    first = generate(model, tokenizer, sampled, chunk=12, static=static)
+    after_first = len(recorded)
+    again = generate(model, tokenizer, sampled, chunk=12, static=static)
+    generate(model, tokenizer, SamplingRequest(PROMPTS, 2, 0.0, 12, keys=keys), chunk=12,
+             static=static)
+    assert after_first >= 1 and len(recorded) == after_first  # replayed, not re-recorded
+    assert counters["inductor"]["cudagraph_skips"] == 0
+    assert torch.equal(again.completion_ids, first.completion_ids)
+    with torch.no_grad():
+        want = completion_logprobs(model, first.prompt_ids, first.prompt_mask,
+                                   first.completion_ids, first.completion_mask, 1.0)
+    mask = first.completion_mask.bool()
+    assert (first.logprobs - want).abs()[mask].max() < 1e-4
