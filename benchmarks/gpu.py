@@ -273,6 +273,7 @@ def generation_row(rows: int, device, args) -> dict:
     """The hf engine (keyed sampler) and raw ``generate`` (multinomial) on ``rows`` rows,
     in the dtype the hf engine samples in by default (bf16 on a GPU: its sampling copy)."""
     from pods.rollout.hf import SamplingRequest, generate
+    from pods.rollout.hf_decode import StaticDecoding
 
     precision = default_precision("SmolLM2-135M", device)
     model = build("SmolLM2-135M", device, precision.sampling or precision.weights,
@@ -288,8 +289,10 @@ def generation_row(rows: int, device, args) -> dict:
     def engine():
         generate(model, tokenizer, request, chunk=rows)
 
+    kept = StaticDecoding(args.gen_prompt)  # its cache and compiled step kept across calls
+
     def static():  # --hf-compile: the static cache, compiled on CUDA at the first call
-        generate(model, tokenizer, request, chunk=rows, static_width=args.gen_prompt)
+        generate(model, tokenizer, request, chunk=rows, static=kept)
 
     def raw():
         with torch.no_grad():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pods.config.fields import Bf16Updates, Schedule, Switch, leaf
+from pods.config.fields import Bf16Updates, HfDecode, Schedule, Switch, leaf
 from pods.core.advantages import Scale
 from pods.core.correction import Correction
 from pods.core.loss import Norm
@@ -32,12 +32,21 @@ class RolloutConfig:
                        "process, weights synced after every step), or auto (vllm where it is "
                        "installed and the device is a GPU, else hf).")
     hf_compile: Switch = leaf(
-        "auto", "hf engine: generate on a static KV cache at fixed shapes (the step's rows, "
-        "prompts padded to max_prompt_tokens), whose decoding step transformers compiles "
-        "once on a CUDA GPU and replays as CUDA graphs (torch.compile, reduce-overhead); "
-        "plain generate on a GPU is launch-bound. auto: on for a CUDA GPU (not under FSDP2); "
-        "on: everywhere (a CPU gets the static cache without the compile: slower); off: the "
-        "dynamic cache. The same keys give the same completions either way.")
+        "auto", "hf engine: decode on a static KV cache at fixed shapes (the rows of a call's "
+        "first chunk; prompts left-padded to the call's longest, rounded up to a multiple of "
+        "64 columns), each shape's cache kept across calls, the decoding step compiled once "
+        "per shape on a CUDA GPU and replayed as CUDA graphs (torch.compile, "
+        "reduce-overhead); plain generate on a GPU is launch-bound. auto: on for a CUDA GPU, "
+        "off under FSDP2; on: everywhere but under FSDP2, where it is refused (every forward "
+        "pass gathers the shards); a CPU gets the static cache without the compile, more "
+        "slowly; off: the dynamic cache. The same keys give the same completions either way.")
+    hf_decode: HfDecode = leaf(
+        "loop", "hf engine on the static cache (hf_compile): loop, pods's decode loop (the "
+        "model's forward pass, the keyed sampler, the log-probs and the end-of-sequence "
+        "bookkeeping in one compiled step: one CUDA graph replay a step, the host checking "
+        "every 8 steps whether all rows have ended); generate, transformers' generate on "
+        "the same cache (its compiled forward pass, the sampler and bookkeeping run eagerly "
+        "around it). The same keys give the same completions either way.")
     vllm_gpu_memory_utilization: float = leaf(0.3, "vllm engine: the fraction of GPU memory "
                                               "vLLM takes (weights + KV cache; the rest is the "
                                               "trainer's); on a CPU, vLLM reads it as the "

@@ -63,7 +63,7 @@ def resolve_engine(options: RolloutConfig, device: torch.device, sharded: bool =
     name = options.engine
     if name == "auto":
         usable = device.type == "cuda" and not sharded and _module("vllm").installed()
-        return "vllm" if usable else "hf"
+        name = "vllm" if usable else "hf"
     check = getattr(_module(name), "check", None)
     if check is not None:
         check(options, device, sharded)

@@ -41,9 +41,27 @@ def rollout_keys(keys: Tensor, n: int) -> Tensor:
     return mix32(keys.repeat_interleave(n) ^ mix32(torch.arange(n).repeat(P)))
 
 
+def keyed_draw(scores: Tensor, row_keys: Tensor, position: Tensor,
+               temperature: float | Tensor) -> tuple[Tensor, Tensor]:
+    """The token drawn from softmax(scores / temperature) by inverse CDF, with a uniform
+    that is a hash of the row's key and the ``position`` (a 0-d int64 tensor on the scores'
+    device, so that a captured decoding step needs no host value), and its log-prob under
+    that softmax in float32. scores [B, V], row_keys [B] int64 -> token [B], logprob [B]."""
+    bits = mix32(row_keys ^ mix32(position)) >> 8  # [B] 24 bits
+    probs = torch.softmax(scores.float() / temperature, dim=-1)  # [B, V]
+    cdf = probs.cumsum(-1)  # [B, V]
+    uniform = (bits.float() + 0.5) / 2**24 * cdf[:, -1]  # [B] in (0, total mass)
+    token = torch.searchsorted(cdf, uniform.unsqueeze(1)).clamp(max=scores.shape[1] - 1)
+    # the log of the float32 probability the draw used: within ~1e-6 of log_softmax, with
+    # no second pass over the vocabulary (a drawn token's probability is > 0, its CDF step
+    # holds the uniform; the clamp only guards against a rounding accident)
+    drawn = probs.gather(1, token).squeeze(1)  # [B]
+    return token.squeeze(1), drawn.clamp(min=torch.finfo(drawn.dtype).tiny).log()
+
+
 class KeyedSampler:
-    """A logits processor that samples the next token from softmax(scores / temperature)
-    by inverse CDF, with a uniform that is a hash of the row's key and the position; it
+    """A logits processor (for transformers' ``generate``) that samples the next token
+    with ``keyed_draw`` at the position it counts from the calls' input widths; it
     returns scores that are 0 at the drawn token and -inf elsewhere, so that greedy
     decoding takes exactly that token. row_keys [B] int64; scores [B, V].
 
@@ -59,17 +77,10 @@ class KeyedSampler:
         if self.prompt_width is None:
             self.prompt_width = input_ids.shape[1]
         position = torch.tensor(input_ids.shape[1] - self.prompt_width, device=scores.device)
-        bits = mix32(self.row_keys.to(scores.device) ^ mix32(position)) >> 8  # [B] 24 bits
-        probs = torch.softmax(scores.float() / self.temperature, dim=-1)  # [B, V]
-        cdf = probs.cumsum(-1)  # [B, V]
-        uniform = (bits.float() + 0.5) / 2**24 * cdf[:, -1]  # [B] in (0, total mass)
-        token = torch.searchsorted(cdf, uniform.unsqueeze(1)).clamp(max=scores.shape[1] - 1)
-        # the log of the float32 probability the draw used: within ~1e-6 of log_softmax,
-        # with no second pass over the vocabulary (a drawn token's probability is > 0, its
-        # CDF step holds the uniform; the clamp only guards against a rounding accident)
-        drawn = probs.gather(1, token).squeeze(1)  # [B]
-        self.logprobs.append(drawn.clamp(min=torch.finfo(drawn.dtype).tiny).log())
-        return torch.full_like(scores, float("-inf")).scatter_(1, token, 0.0)  # [B, V]
+        token, logprob = keyed_draw(scores, self.row_keys.to(scores.device), position,
+                                    self.temperature)  # [B] twice
+        self.logprobs.append(logprob)
+        return torch.full_like(scores, float("-inf")).scatter_(1, token.unsqueeze(1), 0.0)
 
     def sampled_logprobs(self, width: int) -> Tensor:
         """[B, width] the drawn tokens' log-probs, the first ``width`` positions (0 past

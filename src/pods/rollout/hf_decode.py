@@ -1,0 +1,114 @@
+"""How the hf engine decodes one chunk of rows: transformers' ``generate`` with the keyed
+sampler (``run_generate``: the dynamic cache, or a kept static one), or, at fixed shapes on
+a static cache (``StaticDecoding``, ``--hf-compile``), pods's own loop (pods.rollout.decode,
+``--hf-decode loop``) or ``generate`` on that cache (``--hf-decode generate``).
+
+Fixed shapes: every chunk of a call has the rows of the call's first chunk (a last,
+smaller chunk is filled with copies of its first row, dropped after), and its prompts are
+left-padded to the call's longest prompt rounded up to a multiple of ``BUCKET`` columns
+(never above the run's prompt limit): few shapes, and attention over few padded columns.
+Each shape's static cache (and, for the loop, its buffers and compiled step) is built at
+its first call and kept for the later ones, emptied in place between them, so that CUDA
+graphs recorded once stay valid (a new cache at every call would mean new addresses).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from pods.config.fields import HF_DECODES
+from pods.rollout.decode import DecodeLoop, cache_keyword, compile_cache, empty_static_cache
+from pods.rollout.sampling import KeyedSampler
+
+BUCKET = 64  # prompt widths of the static path are multiples of it
+
+
+def run_generate(model, ids: Tensor, mask: Tensor, keys: Tensor, temperature: float,
+                 new: int, pad_id: int, eos_id: int, synced: bool = False,
+                 cache=None) -> tuple[Tensor, Tensor | None]:
+    """transformers' ``generate`` on prompts ids, mask [b, Lp] with row keys [b]: the
+    completions [b, Lc] (padding after eos) and their log-probs [b, Lc] (None when greedy,
+    as vLLM gives none). ``cache``: a static cache to decode on (emptied first); None: the
+    dynamic cache. ``synced``: under FSDP every forward pass is a collective, so all ranks
+    keep stepping until the last one is done."""
+    # Greedy over the keyed sampler's scores is sampling from softmax(logits / T): no
+    # top-k/top-p/repetition penalty (a model's generation_config may set them), or the
+    # log-probs of the update would not be those of the sampling policy.
+    sampler = KeyedSampler(keys, temperature) if temperature > 0 else None
+    extra = {}
+    if cache is not None:
+        cache.reset()
+        extra[cache_keyword()] = cache
+    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
+                         pad_token_id=pad_id, eos_token_id=eos_id, do_sample=False,
+                         repetition_penalty=1.0, synced_gpus=synced,
+                         logits_processor=[] if sampler is None else [sampler], **extra)
+    completion = out[:, ids.shape[1]:]  # [b, Lc]
+    return completion, None if sampler is None else \
+        sampler.sampled_logprobs(completion.shape[1]).to(completion.device)
+
+
+def bucket_width(longest: int, limit: int | None, bucket: int = BUCKET) -> int:
+    """The prompt columns of a call whose longest prompt has ``longest`` tokens: rounded up
+    to a multiple of ``bucket``, not above ``limit`` (the run's prompt limit) where set,
+    never below ``longest``."""
+    width = -(-longest // bucket) * bucket
+    return width if limit is None else max(longest, min(width, limit))
+
+
+def fixed_shape(ids: Tensor, mask: Tensor, keys: Tensor, rows: int, width: int,
+                pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
+    """[b, Lp] prompt ids and mask and [b] keys as [rows, max(width, Lp)]: left-padded
+    (masked) columns, and rows beyond b filled with copies of the first (dropped after)."""
+    b, Lp = ids.shape
+    left = max(width - Lp, 0)
+    ids = torch.nn.functional.pad(ids, (left, 0), value=pad_id)
+    mask = torch.nn.functional.pad(mask, (left, 0), value=0)
+    fill = rows - b
+    if fill > 0:
+        ids = torch.cat([ids, ids[:1].expand(fill, -1)])
+        mask = torch.cat([mask, mask[:1].expand(fill, -1)])
+        keys = torch.cat([keys, keys[:1].expand(fill)])
+    return ids, mask, keys
+
+
+class StaticDecoding:
+    """The static path of one engine: its prompt ``limit`` (None: none), which decoder
+    (``decode``: "loop", pods's loop; "generate", transformers' generate on the same
+    cache), and what it keeps per shape (rows, columns, new tokens, dtype): a
+    ``DecodeLoop`` or a static cache. The loop is compiled on a CUDA device only; on CUDA
+    transformers compiles generate's forward pass itself."""
+
+    def __init__(self, limit: int | None, decode: str = "loop"):
+        if decode not in HF_DECODES:
+            raise ValueError(f"hf_decode={decode!r}: choose one of {', '.join(HF_DECODES)}.")
+        self.limit, self.decode = limit, decode
+        self.kept: dict[tuple, object] = {}  # shape -> DecodeLoop or StaticCache
+
+    def width(self, longest: int) -> int:
+        """The prompt columns of a call whose longest prompt has ``longest`` tokens."""
+        return bucket_width(longest, self.limit)
+
+    def chunk(self, model, ids: Tensor, mask: Tensor, keys: Tensor, temperature: float,
+              new: int, pad_id: int, eos_id: int) -> tuple[Tensor, Tensor | None]:
+        """As ``run_generate``, for prompts already at a fixed shape [rows, width]."""
+        rows, width = ids.shape
+        cuda = ids.device.type == "cuda"
+        if cuda:  # where the loop or generate compiles: kernels kept in the pods cache
+            compile_cache()
+        shape = (self.decode, rows, width, new, next(model.parameters()).dtype)
+        if self.decode == "generate":
+            cache = self._kept(shape, lambda: empty_static_cache(model, width + new - 1))
+            return run_generate(model, ids, mask, keys, temperature, new, pad_id, eos_id,
+                                cache=cache)
+        loop = self._kept(shape, lambda: DecodeLoop(model, rows, width, new, pad_id, eos_id,
+                                                     compiled=cuda))
+        completion, logprobs = loop.run(ids, mask, keys, temperature)
+        return completion, logprobs if temperature > 0 else None
+
+    def _kept(self, shape: tuple, build):
+        if shape not in self.kept:
+            self.kept[shape] = build()
+        return self.kept[shape]
+
