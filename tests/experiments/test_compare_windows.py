@@ -296,3 +296,22 @@ def _summary(out_dir: Path) -> list[dict]:
     rows = json.loads((out_dir / "summary.json").read_text())
     return [{k: r[k] for k in keys} | {"paired": [v["paired_diff"] for v in r["vs"].values()]}
             for r in rows]
+
+
+def test_pods_compare_packs_and_unpacks_without_a_spec(tmp_path, capsys):
+    from pods.cli import main
+
+    out, clock = tmp_path / "cmp", Clock(0)
+    spec = CompareSpec(variants=SPEC.variants, seeds=(0,), baseline="grpo", base=SPEC.base)
+    run_compare(spec, out, clock.trainer([]))
+    capsys.readouterr()
+    assert main(["compare", "--out", str(out), "--pack", str(tmp_path / "c.tar.gz")]) == 0
+    assert capsys.readouterr().out.startswith(f"packed 2 finished run(s) of {out} into ")
+    assert main(["compare", "--out", str(tmp_path / "b"), "--unpack",
+                 str(tmp_path / "c.tar.gz")]) == 0
+    assert capsys.readouterr().out == \
+        f"unpacked 2 run(s) into {tmp_path / 'b'}: grpo/seed0, pods/seed0\n"
+    assert main(["compare", "--out", str(out)]) == 2
+    assert "give a comparison spec to run, or --pack FILE" in capsys.readouterr().err
+    assert main(["compare", "--out", str(out), "--pack", "x.tar.gz", "--budget", "60"]) == 2
+    assert "--budget times the runs of a spec" in capsys.readouterr().err
