@@ -193,6 +193,17 @@ def test_the_time_box_never_starts_a_run_it_cannot_finish(tmp_path, capsys):
     assert "(pods/seed0 needs about 330 s; 70 s were left)" in capsys.readouterr().out
 
 
+def test_a_time_box_too_short_for_a_seed_trains_nothing_and_says_so(tmp_path, capsys):
+    calls, clock = [], Clock(30)
+    run_compare(SPEC, tmp_path, clock.trainer(calls),
+                schedule=Schedule(time_box=TimeBox(150, tmp_path, clock=clock)))
+    assert calls == []  # seed 0 needs 2 x 100 s
+    said = capsys.readouterr().out
+    assert f"{tmp_path} holds no finished run yet: no summary." in said
+    assert "budget: 6 run(s) skipped (grpo/seed0 + pods/seed0 need about 200 s; 150 s " \
+           "were left)" in said
+
+
 def test_the_time_box_needs_a_time_limit(tmp_path):
     spec = CompareSpec(variants=SPEC.variants, seeds=(0,), baseline="grpo",
                        base={"m": 4, "max_steps": 3})

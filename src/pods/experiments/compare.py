@@ -85,11 +85,13 @@ def run_compare(spec: CompareSpec, out_dir: str | Path,
         say(f"[{i}/{len(runs)}] {name}/seed{seed}: training.")
         _train_timed(train_fn, config, out_dir / name / f"seed{seed}",
                      time_box.clock if time_box is not None else time.monotonic, main)
-    if main:
+    if main and any(map(is_finished, out_dir.glob("*/seed*"))):
         summarize(out_dir)  # prints the table
         say(f"summary: {out_dir / 'summary.md'}, curves: {out_dir / 'curves.png'}")
-        if time_box is not None:
-            say(time_box.note())
+    elif main:  # a time box too short for the first run
+        say(f"{out_dir} holds no finished run yet: no summary.")
+    if time_box is not None:
+        say(time_box.note())
     return out_dir
 
 
