@@ -16,7 +16,7 @@ SPECS = sorted(p for p in CONFIGS.rglob("*.yaml") if "compare" in p.name)
 TRAIN = sorted(p for p in (CONFIGS / "paper").glob("*.yaml") if "compare" not in p.name)
 SHOWCASE = sorted(p for p in CONFIGS.glob("*.yaml") if "compare" not in p.name
                   and "gpu" not in p.name)
-GPU_SHOWCASE = sorted(CONFIGS.glob("*gpu*.yaml"))
+GPU_SHOWCASE = sorted(p for p in CONFIGS.glob("*gpu*.yaml") if "compare" not in p.name)
 ACCELERATE = sorted((CONFIGS / "accelerate").glob("*.yaml"))
 
 

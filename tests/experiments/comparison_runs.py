@@ -28,3 +28,12 @@ def write_spec(out: Path, baseline: str | list[str], variants) -> None:
     out.mkdir(parents=True, exist_ok=True)
     spec = {"seeds": [0], "baseline": baseline, "variants": {v: {} for v in variants}}
     (out / "compare.yaml").write_text(yaml.safe_dump(spec))
+
+
+def write_checkpoint(run_dir: Path, step: int = 1) -> Path:
+    """A checkpoint folder as pods.runs.checkpoints finds one (its state file empty)."""
+    path = run_dir / "checkpoints" / f"step_{step}"
+    path.mkdir(parents=True)
+    (path / "state.pt").write_bytes(b"")
+    (run_dir / "checkpoints" / "latest").write_text(path.name)
+    return path

@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -7,11 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
-from comparison_runs import write_run
+from comparison_runs import write_checkpoint, write_run
 
 from pods.config import from_dict
 from pods.experiments.compare import (
     CompareSpec,
+    Schedule,
     in_fresh_process,
     is_finished,
     load_spec,
@@ -162,14 +164,14 @@ def test_only_trains_the_named_variants_and_refuses_unknown_ones(tmp_path):
     spec = CompareSpec(variants={"grpo": {"n": 8, "m": 8}, "pods": {"n": 32}}, seeds=(0, 1),
                        baseline="grpo", base={"m": 4, "max_time": 5.0})
     out, calls = tmp_path / "cmp", []
-    run_compare(spec, out, fake_trainer(calls), only=["grpo"])
+    run_compare(spec, out, fake_trainer(calls), schedule=Schedule(only=["grpo"]))
     assert [(c.seed, c.n) for c in calls] == [(0, 8), (1, 8)]
-    run_compare(spec, out, fake_trainer(calls), only=["pods"])  # the rest, later
+    run_compare(spec, out, fake_trainer(calls), schedule=Schedule(only=["pods"]))  # the rest, later
     assert [(c.seed, c.n) for c in calls[2:]] == [(0, 32), (1, 32)]
     rows = json.loads((out / "summary.json").read_text())
     assert {r["variant"] for r in rows} == {"grpo", "pods"}
     with pytest.raises(ValueError, match="does not have: podz"):
-        run_compare(spec, out, fake_trainer(calls), only=["podz"])
+        run_compare(spec, out, fake_trainer(calls), schedule=Schedule(only=["podz"]))
 
 
 def _pid_and_seed(config):  # module level: the fresh process imports it by name
@@ -252,14 +254,18 @@ def test_runs_are_not_added_on_another_machine(tmp_path, capsys):
                        r"a CPU of another kind / .*--any-machine adds"):
         run_compare(spec, out, fake_trainer(calls))
     assert calls == []  # refused before any training
-    run_compare(spec, out, fake_trainer(calls), any_machine=True)
+    run_compare(spec, out, fake_trainer(calls), schedule=Schedule(any_machine=True))
     assert [Path(c.out_dir).name for c in calls] == ["pods"]
     text = (out / "summary.md").read_text()
     assert text.startswith("**These runs were made on different machines")
     assert "- cpu a CPU of another kind, " in text and ": grpo/seed0" in text
     assert "machine not recorded (a run of an older pods): pods/seed0" in text
-    # a stopped run made elsewhere would be timed on two machines if resumed here
+    # a stopped run made elsewhere would be timed on two machines if resumed here; one
+    # without a checkpoint starts over, so its machine does not matter
     stopped = tmp_path / "stopped"
     write_run(stopped / "pods" / "seed0", [(0, 0.01)], done=False, machine=other)
+    write_checkpoint(stopped / "pods" / "seed0")
     with pytest.raises(ValueError, match="pods/seed0 was made on another machine"):
         run_compare(spec, stopped, fake_trainer(calls))
+    shutil.rmtree(stopped / "pods" / "seed0" / "checkpoints")
+    run_compare(spec, stopped, fake_trainer(calls))

@@ -67,3 +67,39 @@ def test_the_correction_ab_reuses_the_unseen_seeds_runs(tmp_path):
         corrected = ab.config("pods_is", seed, **where)
         assert corrected.loss.is_correction == "token_truncate"
         assert corrected.replace(is_correction="none") == ab.config("pods", seed, **where)
+
+
+# what a run of compare_smollm2_gpu.yaml does not use (LoRA with lora_rank 0, other engines,
+# tasks and trackers) or what the comparison sets for each run
+UNUSED = {"lora_alpha", "lora_dropout", "lora_target_modules", "data_dir", "data_file",
+          "reward_fn", "reward_errors", "code_test_timeout", "code_memory_mb",
+          "code_max_tests", "code_reward", "sandbox_workers", "vllm_gpu_memory_utilization",
+          "vllm_sleep", "vllm_seeded", "is_cap", "seed", "out_dir", "run_name", "dist_timeout",
+          "report_to", "tracker_project", "tracker_group"}
+
+
+def test_the_gpu_spec_pins_its_runs_and_keeps_one_shape_a_run(tmp_path):
+    """compare_smollm2_gpu.yaml: the paper's three (PODS 64/16, GRPO 16/16, GRPO-GA 64/64
+    in blocks of 16) at equal prompts; every key a run relies on is pinned in the spec
+    (defaults may change); each variant generates at one shape, which its evaluation
+    shares (the compile falls in the first evaluation, outside the training clock)."""
+    from pods.config import LEAVES
+
+    spec = load_spec(CONFIGS / "compare_smollm2_gpu.yaml")
+    assert set(LEAVES) - UNUSED - set(spec.base) - {"n", "m"} == set()
+    runs = {name: spec.config(name, 300, out_dir=str(tmp_path), run_name="r")
+            for name in spec.variants}
+    shape = {name: (c.rollout.n, c.selection.m, c.optim.micro_batch_size,
+                    c.selection.adv_group_size) for name, c in runs.items()}
+    assert shape == {"pods": (64, 16, None, None), "grpo": (16, 16, None, None),
+                     "grpo_ga": (64, 64, 64, 16)}
+    for c in runs.values():
+        rows = c.rollout.prompts_per_step * c.rollout.n
+        assert rows == c.rollout.gen_batch_size and c.eval.size % rows == 0
+        assert (c.rollout.engine, c.rollout.hf_compile, c.run.device) == ("hf", "auto", "auto")
+        assert not c.selection.dynamic_sampling and c.eval.size == 256
+    # one seed of the three within 9 minutes: each run's training time, plus at most 60 s
+    # of start-up, 52 s of compile, 4 s an evaluation and 15 s of checkpoint and last step
+    worst = sum(c.run.max_time + 60 + 52 + 4 * (c.run.max_time // c.eval.every + 1) + 15
+                for c in runs.values())
+    assert worst <= 540

@@ -50,8 +50,9 @@ def test_a_comparison_refuses_runs_on_another_host():
     assert differences(other, here, HOST) == [
         f"cores: {other['machine/cores']} / {here['machine/cores']}",
         f"bf16: {other['machine/bf16']} / {here['machine/bf16']}"]
-    check_same_machine({"pods/seed0": {**other, "machine/device": "cuda NVIDIA H100"}},
-                       here)  # a GPU run: its GPU decides; the summary compares those
+    with pytest.raises(ValueError, match="device: cuda NVIDIA H100 / cpu"):
+        check_same_machine({"pods/seed0": {**other, "machine/device": "cuda NVIDIA H100"}},
+                           {**here, "machine/device": "cpu"})  # a GPU run, a CPU here
     with pytest.raises(ValueError, match=r"pods/seed1 was made on another machine \(cores: "
                        r".*theirs / this one's\): runs timed on both would not be comparable"):
         check_same_machine({"pods/seed0": here, "pods/seed1": other}, here)

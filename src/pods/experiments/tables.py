@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from pods.experiments.run_records import Run, Runs
-from pods.runtime.machine import KEY
+from pods.runtime.machine import on_gpu, speed_differences, speed_fields
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
@@ -136,22 +136,34 @@ def step_cells(run: Run) -> list[str]:
 
 def machines_note(variants: Mapping[str, Runs]) -> str:
     """A warning paragraph naming each machine when the runs were made on more than one
-    (pods.runtime.machine.KEY: their training times are not comparable); "" otherwise.
-    Runs without a machine record (made before pods wrote one) count as unknown."""
-    groups: dict[tuple, list[str]] = {}
+    (pods.runtime.machine.speed_differences: the host for CPU runs, the GPU for GPU runs;
+    their training times are not comparable); "" otherwise. Runs without a machine record
+    (made before pods wrote one) count as unknown."""
+    groups: list[tuple[list[dict], list[str]]] = []  # (machine records, runs)
     for name, runs in variants.items():
         for run in runs:
             m = run.machine or {}
-            groups.setdefault(tuple(m.get(k) for k in KEY), []).append(f"{name}/{run.path.name}")
+            group = next((g for g in groups if all(_alike(m, other) for other in g[0])), None)
+            if group is None:
+                group = ([], [])
+                groups.append(group)
+            group[0].append(m)
+            group[1].append(f"{name}/{run.path.name}")
     if len(groups) < 2:
         return ""
     lines = ["**These runs were made on different machines: their training times, and the "
              "speed-ups and accuracies at equal time computed from them, are not "
              "comparable.**", ""]
-    for key, names in groups.items():
-        fields = zip(KEY, key, strict=True)
-        where = ", ".join(f"{k.removeprefix('machine/')} {v}" for k, v in fields)
-        if all(v is None for v in key):
+    for records, names in groups:
+        m = records[0]
+        where = ", ".join(f"{k.removeprefix('machine/')} {m.get(k)}" for k in speed_fields(m)
+                          if k in m or not on_gpu(m))
+        if not m:
             where = "machine not recorded (a run of an older pods)"
         lines.append(f"- {where}: {', '.join(names)}")
     return "\n".join(lines) + "\n\n"
+
+
+def _alike(a: dict, b: dict) -> bool:
+    """Two runs' machine records (``{}``: not recorded) set the same speed."""
+    return (not a) == (not b) and not speed_differences(a, b)

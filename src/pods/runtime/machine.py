@@ -8,18 +8,30 @@ against 103 in float32: torch emulates bf16 on such a CPU). Each run writes a "m
 record to metrics.jsonl when it starts and at each resume; `pods compare` refuses to train
 in a folder whose runs so far were made on another machine class (``check_same_machine``),
 and a comparison's summary says when its runs' machines differ.
+
+On a GPU the GPU sets the speed, not the host: a GPU run's record adds the GPUs it trains on
+(``machine/gpus``) and the CUDA build of torch (``machine/cuda``), and GPU runs are matched
+by ``GPU`` alone (two H200 hosts with different CPUs pool; an H100 and an H200 do not).
+The comparison's own process reads its GPUs with the driver's tool (``gpu_names``), never
+by starting CUDA. Records of an older pods lack the two new fields: a field one of two
+records lacks is not compared (the GPU's name and torch's version still are).
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 HOST = ("machine/cpu", "machine/cores", "machine/cpu_capability", "machine/bf16")
 # what a comparison's runs must share: the host's fields, and the device trained on
 KEY = (*HOST, "machine/device")
+# what GPU runs must share: the GPU's name (in the device), how many a run trains on, and
+# the torch and CUDA builds that run on it
+GPU = ("machine/device", "machine/gpus", "machine/torch", "machine/cuda")
 
 
 def cpu_name() -> str:
@@ -74,10 +86,63 @@ def machine_fields(device) -> dict[str, Any]:
     of a "machine" record."""
     import torch
 
-    name = device.type
+    fields = {**host(), "machine/device": device.type, "machine/torch": torch.__version__}
     if device.type == "cuda":
-        name += f" {torch.cuda.get_device_name(device)}"
-    return {**host(), "machine/device": name, "machine/torch": torch.__version__}
+        fields.update(gpu_fields(torch.cuda.get_device_name(device)))
+    return fields
+
+
+def gpu_fields(name: str) -> dict[str, Any]:
+    """A GPU run's fields beyond the host's: the device ("cuda NVIDIA H200"), the GPUs it
+    trains on (one per process of a torchrun launch: ``WORLD_SIZE``) and the CUDA build of
+    torch. Reads no GPU: the caller names it."""
+    import torch
+
+    return {"machine/device": f"cuda {name}",
+            "machine/gpus": int(os.environ.get("WORLD_SIZE", "1")),
+            "machine/cuda": torch.version.cuda}
+
+
+def gpu_names() -> list[str]:
+    """The names of the GPUs this process may use (``CUDA_VISIBLE_DEVICES`` by index or
+    UUID), from ``nvidia-smi``: no CUDA context is made. [] without the tool or a GPU."""
+    tool = shutil.which("nvidia-smi")
+    if tool is None:
+        return []
+    try:
+        out = subprocess.run([tool, "--query-gpu=index,uuid,name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = [[part.strip() for part in line.split(",", 2)] for line in out.splitlines()
+            if line.count(",") >= 2]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return [name for _, _, name in gpus]
+    wanted = [v.strip() for v in visible.split(",") if v.strip()]
+    return [name for want in wanted for index, uuid, name in gpus
+            if want in (index, uuid) or (want.startswith("GPU-") and uuid.startswith(want))]
+
+
+def this_machine(device: str) -> dict[str, Any]:
+    """The fields a run with config ``device`` ("auto", "cpu", "cuda:1", ...) would record
+    on this machine, read without starting CUDA: on a GPU (``gpu_names``; "auto" picks
+    one where there is one) the GPU's fields, else the host's and the device's type."""
+    import torch
+
+    fields = {**host(), "machine/device": device.split(":")[0], "machine/torch": torch.__version__}
+    if device == "auto" or device.startswith("cuda"):
+        names = gpu_names()
+        index = int(device.split(":")[1]) if device.startswith("cuda:") else 0
+        if index < len(names) and torch.version.cuda is not None:
+            return {**fields, **gpu_fields(names[index])}
+        fields["machine/device"] = "cpu" if device == "auto" else "cuda (no GPU visible)"
+    return fields
+
+
+def on_gpu(record: dict[str, Any]) -> bool:
+    """Whether a machine record is a GPU run's."""
+    return str(record.get("machine/device", "cpu")).startswith("cuda")
 
 
 def slow_bf16(device, dtype: str, mixed_precision: str) -> str | None:
@@ -99,18 +164,29 @@ def differences(a: dict[str, Any], b: dict[str, Any], fields=KEY) -> list[str]:
             for k in fields if a.get(k) != b.get(k)]
 
 
+def speed_fields(record: dict[str, Any]) -> tuple[str, ...]:
+    """The fields that set a run's speed: ``GPU`` for a GPU run, else ``KEY``."""
+    return GPU if on_gpu(record) else KEY
+
+
+def speed_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """How two machine records differ in what sets a run's speed ("field: a / b"): the
+    GPU's fields when either ran on a GPU, else the host's and the device. A field one
+    of them lacks (a record of an older pods) is not compared."""
+    fields = GPU if on_gpu(a) or on_gpu(b) else KEY
+    return differences(a, b, [k for k in fields if k in a and k in b])
+
+
 def check_same_machine(recorded: dict[str, dict[str, Any]], here: dict[str, Any]) -> None:
     """Refuse to train more runs of a comparison on a host unlike its runs' so far.
 
     ``recorded``: each run's last machine record, by run name (finished runs, and stopped
     ones that would resume here); runs made before pods recorded machines are not in it.
-    ``here``: this host (``host()``). Only runs trained on the CPU are checked: for a GPU
-    run the GPU decides, and naming it here would start CUDA in the comparison's own
-    process; the summary names differing GPUs."""
+    ``here``: what the next runs will record (``this_machine``). CPU runs must share the
+    host (``HOST``), GPU runs the GPU (``GPU``: the host's CPU may differ); a CPU run and
+    a GPU run never match (``speed_differences``)."""
     for run, record in recorded.items():
-        if record.get("machine/device", "cpu") != "cpu":
-            continue
-        diff = differences(record, here, HOST)
+        diff = speed_differences(record, here)
         if diff:
             raise ValueError(
                 f"{run} was made on another machine ({'; '.join(diff)}; theirs / this one's): "
