@@ -15,15 +15,16 @@ stopped there and keeps the rows it wrote, and the next section starts on time. 
             fwd+bwd+AdamW, 16 and 64 rows, SmolLM2-135M and Qwen2.5-1.5B (update.py)
   decode    ms a decoding step of the hf engine: dynamic cache, static cache with
             transformers' generate, pods's decode loop; 64, 256, 1024 rows (decode.py)
-  default   the embedded default, ``pods train``, for its share (runs.py)
-  tests     the test files that exercise the device (runs.py)
+  default   the embedded default, ``pods train``, for its share (device_runs.py)
+  tests     the test files that exercise the device (device_runs.py)
   liger     the update with liger-kernel's kernels (update.py)
   recipe    configs/smollm2_gpu_fast.yaml (120 training s) and configs/smollm2_gpu.yaml
             (its first 60) on one seed: seconds to 60% held-out (recipe.py)
   trl       TRL's GRPOTrainer beside pods's step at the same settings (trl_anchor.py)
 
-OUT gets gpu.json (every row), gpu.md (the table) and details.tar.gz (each section's rows,
-logs and runs, checkpoints left out). ``--quick`` shrinks every size so that every
+OUT gets gpu.json (every row), gpu.md (the table; ``--with`` adds an earlier part's
+gpu.json to it) and details.tar.gz (each section's rows, logs and runs, checkpoints left
+out). ``--quick`` shrinks every size so that every
 section's path runs on a CPU in a few minutes; its figures mean nothing.
 """
 
@@ -52,16 +53,16 @@ SECTIONS = {  # name: the script and its arguments
     "matmul": ["update.py", "--what", "matmul"],
     "update": ["update.py", "--variants", "bare,cast-step,cast-matmul,pods"],
     "decode": ["decode.py"],
-    "default": ["runs.py", "--what", "default"],
-    "tests": ["runs.py", "--what", "tests"],
+    "default": ["device_runs.py", "--what", "default"],
+    "tests": ["device_runs.py", "--what", "tests"],
     "liger": ["update.py", "--variants", "liger"],
     "recipe": ["recipe.py"],
     "trl": ["trl_anchor.py"],
 }
 PARTS = {  # seconds each section is guaranteed, in the order they run
-    1: {"matmul": 5, "update": 55, "decode": 55, "default": 25, "tests": 10},  # 150 s
+    1: {"matmul": 5, "update": 55, "decode": 50, "default": 25, "tests": 10},  # 145 s
     2: {"matmul": 5, "liger": 15, "recipe": recipe_share(["smollm2_gpu_fast", "smollm2_gpu"]),
-        "trl": 40},  # 305 s
+        "trl": 50},  # 315 s
 }
 QUICK = {"matmul": 30, "update": 90, "decode": 60, "default": 60, "tests": 20, "liger": 30,
          "recipe": 90, "trl": 60}  # a loaded CPU's seconds for the tiny sizes
@@ -115,6 +116,15 @@ def plan(args) -> dict[str, float]:
     return shares
 
 
+def merged(report: dict, earlier: str | None) -> dict:
+    """``report`` with an earlier part's sections before its own (its own where both ran
+    one), for one table."""
+    if not earlier:
+        return report
+    sections = json.loads(Path(earlier).read_text())["sections"]
+    return {**report, "sections": {**sections, **report["sections"]}}
+
+
 def pack(work: Path, out: Path) -> None:
     """Everything the sections wrote, checkpoints left out, in one archive."""
     with tarfile.open(out / "details.tar.gz", "w:gz") as tar:
@@ -131,6 +141,8 @@ def main() -> None:
     parser.add_argument("--recipes", default="smollm2_gpu_fast,smollm2_gpu")
     parser.add_argument("--seed", type=int, default=701, help="the recipes' seed")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a CPU rehearsal")
+    parser.add_argument("--with", dest="earlier", default=None,
+                        help="an earlier part's gpu.json, whose sections join the table")
     args = parser.parse_args()
     shares = plan(args)
     out = Path(args.out)
@@ -152,7 +164,7 @@ def main() -> None:
         if name == "matmul" and rows:
             args.tflops = rows[0]["tflops"]
         (out / "gpu.json").write_text(json.dumps(report, indent=1))
-    text = table(report)
+    text = table(merged(report, args.earlier))
     (out / "gpu.md").write_text(text + "\n")
     pack(work, out)
     shutil.rmtree(work, ignore_errors=True)

@@ -115,7 +115,7 @@ def trainer_for(folder: str, keys: dict, rows: int, args):
 
     cfg = from_dict({"model": folder, "task": "arithmetic", "prompts_per_step": 1, "n": rows,
                      "m": rows, "temperature": T, "max_new_tokens": args.new, "lr": 1e-7,
-                     "max_prompt_tokens": 64, "max_steps": 10, "device": "auto",
+                     "max_prompt_tokens": 64, "max_steps": 1000, "device": "auto",
                      "progress": False, **keys})
     return Trainer(cfg, log=lambda *a, **k: None)
 

@@ -15,10 +15,13 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU = ROOT / "benchmarks" / "gpu"
-sys.path.insert(0, str(GPU))
-check, decode, gpucommon, recipe, update = (importlib.import_module(name) for name in
-                                            ("check", "decode", "gpucommon", "recipe",
-                                             "update"))
+sys.path.insert(0, str(GPU))  # the check's scripts import each other by name
+try:
+    check, decode, gpucommon, recipe, update = (importlib.import_module(name) for name in
+                                                ("check", "decode", "gpucommon", "recipe",
+                                                 "update"))
+finally:
+    sys.path.remove(str(GPU))
 
 
 def test_the_check_runs_every_section_on_a_cpu_within_its_share(tmp_path):
@@ -148,3 +151,21 @@ def test_the_check_measures_the_architectures_in_the_gpu_default_precision(monke
     for name in gpucommon.ARCHITECTURES:
         precision = update.default_precision(name, torch.device("cuda"))
         assert (precision.weights, precision.update) == (torch.float32, "bf16")
+
+
+def test_an_earlier_part_joins_the_table_so_liger_stands_beside_the_bare_step(tmp_path):
+    def section(*rows):
+        return {"share_s": 15, "spent_s": 3, "status": "done", "rows": list(rows)}
+
+    head = {"device": "H200", "date": "2026-11-28", "torch": "2.11", "transformers": "5.17",
+            "command": "check.py"}
+    row = {"model": "M", "rows": 16, "precision": "p", "share": 0.5, "peak_gib": 1.0}
+    earlier = tmp_path / "gpu.json"
+    earlier.write_text(json.dumps({**head, "sections": {
+        "update": section({**row, "variant": "bare", "tok_s": 200.0})}}))
+    report = {**head, "sections": {"liger": section({**row, "variant": "liger",
+                                                     "tok_s": 300.0})}}
+    table = importlib.import_module("table").table
+    assert "| M | 16 | liger | p | 300 | - |" in table(report)  # no bare step to divide by
+    assert "| M | 16 | liger | p | 300 | 1.50x | 50% | 1.0 |" in table(
+        check.merged(report, str(earlier)))
