@@ -18,6 +18,7 @@ from gpucommon import (
     build,
     device,
     emit,
+    failure,
     left,
     missing_keys,
     release,
@@ -100,6 +101,8 @@ def main() -> None:
             emit(args, {**row, **cell(path, rows, model, tokenizer, dev, args)})
         except torch.OutOfMemoryError:
             emit(args, {**row, "error": "out of memory"})
+        except Exception as error:  # the next cell still runs
+            emit(args, {**row, "error": failure(error)})
         release(dev)
 
 

@@ -51,6 +51,15 @@ def emit(args, row: dict) -> None:
         f.write(json.dumps(row) + "\n")
 
 
+def failure(error: BaseException) -> str:
+    """A row's note for a measurement that raised (its traceback goes to the section's
+    log): the next measurement still runs."""
+    import traceback
+
+    traceback.print_exc()
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
+
+
 def read_rows(path: Path) -> list[dict]:
     """The rows of a JSON-lines file so far (a line still being written left out)."""
     rows = []

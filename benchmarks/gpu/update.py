@@ -24,6 +24,7 @@ from gpucommon import (
     build,
     device,
     emit,
+    failure,
     missing_keys,
     release,
     section_args,
@@ -236,9 +237,13 @@ def main() -> None:
                     bare_rows(name, dev, args)
                     release(dev)
                     continue
-                if folder is None and unavailable(keys, dev) is None:
-                    folder = save_architecture(name, dev, args, tmp)
-                pods_rows(name, folder, label, keys, dev, args)
+                try:
+                    if folder is None and unavailable(keys, dev) is None:
+                        folder = save_architecture(name, dev, args, tmp)
+                    pods_rows(name, folder, label, keys, dev, args)
+                except Exception as error:  # the next variant still runs
+                    emit(args, {"model": name, "variant": label, "rows": "-",
+                                "error": failure(error)})
                 release(dev)  # the variant's model and optimizer went with the call
 
 

@@ -169,3 +169,42 @@ def test_an_earlier_part_joins_the_table_so_liger_stands_beside_the_bare_step(tm
     assert "| M | 16 | liger | p | 300 | - |" in table(report)  # no bare step to divide by
     assert "| M | 16 | liger | p | 300 | 1.50x | 50% | 1.0 |" in table(
         check.merged(report, str(earlier)))
+
+
+def test_a_cell_that_raises_is_noted_and_the_next_one_runs(tmp_path, monkeypatch):
+    def cell(path, rows, *args):
+        if path == "dynamic":
+            raise ValueError("boom\nmore")
+        return {"ms_step": 1.0}
+
+    monkeypatch.setattr(decode, "cell", cell)
+    monkeypatch.setattr(sys, "argv", ["decode.py", "--out", str(tmp_path), "--seconds", "60",
+                                      "--section", "decode", "--quick"])
+    decode.main()
+    rows = gpucommon.read_rows(tmp_path / "decode.jsonl")
+    assert [(r["path"], r.get("error")) for r in rows] == [
+        ("loop", None), ("dynamic", "ValueError: boom"), ("static generate", None)]
+
+
+def test_smollm2_is_taken_from_its_installed_wheel_into_the_cache(tmp_path, monkeypatch):
+    import dataclasses
+    import hashlib
+
+    from pods.models import fetch
+
+    package = tmp_path / "site" / "fake_smollm2_wheel"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "model.gguf").write_bytes(b"weights")
+    spec = dataclasses.replace(fetch.FETCHABLE["smollm2"],
+                               member="fake_smollm2_wheel/model.gguf",
+                               sha256=hashlib.sha256(b"weights").hexdigest())
+    monkeypatch.setitem(fetch.FETCHABLE, "smollm2", spec)
+    monkeypatch.setenv("PODS_CACHE", str(tmp_path / "cache"))
+    assert recipe.smollm2_ready().startswith("SmolLM2 is not here")  # not installed
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setitem(fetch.FETCHABLE, "smollm2", dataclasses.replace(spec, sha256="0"))
+    assert "sha256 differs" in recipe.smollm2_ready()
+    monkeypatch.setitem(fetch.FETCHABLE, "smollm2", spec)
+    assert recipe.smollm2_ready() is None
+    assert fetch.gguf_path("smollm2").read_bytes() == b"weights"
