@@ -17,9 +17,10 @@ from pathlib import Path
 from gpucommon import emit, left, read_rows, section_args
 
 ROOT = Path(__file__).resolve().parents[2]
-TEST_FILES = ["tests/rollout/test_hf_static.py", "tests/models/test_precision.py",
-              "tests/train/test_optimizer.py", "tests/train/test_update.py",
-              "tests/train/test_mixed_precision.py", "tests/rollout"]
+TEST_FILES = ["tests/rollout/test_hf_decode.py", "tests/rollout/test_hf_static.py",
+              "tests/models/test_precision.py", "tests/train/test_optimizer.py",
+              "tests/train/test_update.py", "tests/train/test_mixed_precision.py",
+              "tests/rollout"]  # those this checkout has, in this order
 GPU_NAMES = ("gpu", "cuda", "liger", "kernels")
 
 
@@ -58,7 +59,7 @@ def default_run(args) -> dict:
 def test_files() -> list[str]:
     found = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
                    if any(word in p.stem for word in GPU_NAMES) and "check" not in p.parts)
-    return found + [f for f in TEST_FILES if f not in found]
+    return found + [f for f in TEST_FILES if f not in found and (ROOT / f).exists()]
 
 
 def device_tests(args) -> dict:
