@@ -19,7 +19,7 @@ stopped there and keeps the rows it wrote, and the next section starts on time. 
   tests     the test files that exercise the device (device_runs.py)
   liger     the update with liger-kernel's kernels (update.py)
   recipe    configs/smollm2_gpu_fast.yaml (120 training s) and configs/smollm2_gpu.yaml
-            (its first 60) on one seed: seconds to 60% held-out (recipe.py)
+            (its first 30) on one seed: seconds to 60% held-out (recipe.py)
   trl       TRL's GRPOTrainer beside pods's step at the same settings (trl_anchor.py)
 
 OUT gets gpu.json (every row), gpu.md (the table; ``--with`` adds an earlier part's
@@ -60,9 +60,9 @@ SECTIONS = {  # name: the script and its arguments
     "trl": ["trl_anchor.py"],
 }
 PARTS = {  # seconds each section is guaranteed, in the order they run
-    1: {"matmul": 5, "update": 55, "decode": 50, "default": 20, "tests": 25},  # 155 s
-    2: {"matmul": 5, "liger": 15, "recipe": recipe_share(["smollm2_gpu_fast", "smollm2_gpu"]),
-        "trl": 50},  # 315 s
+    1: {"matmul": 10, "update": 55, "decode": 45, "default": 20, "tests": 20},  # 150 s
+    2: {"matmul": 10, "liger": 25, "recipe": recipe_share(["smollm2_gpu_fast", "smollm2_gpu"]),
+        "trl": 50},  # 300 s (the first process of a fresh machine reads torch from disk)
 }
 QUICK = {"matmul": 30, "update": 90, "decode": 60, "default": 60, "tests": 20, "liger": 30,
          "recipe": 90, "trl": 60}  # a loaded CPU's seconds for the tiny sizes

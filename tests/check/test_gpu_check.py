@@ -44,6 +44,7 @@ def test_the_check_runs_every_section_on_a_cpu_within_its_share(tmp_path):
     # ran in full (a section that overruns is stopped by the check: the test below)
     assert tests["rows"][0]["summary"].startswith("stopped at its share")
     assert tests["spent_s"] < 4 + check.GRACE
+    assert all((ROOT / f).exists() for f in tests["rows"][0]["files"])  # none missing
     assert all(v["status"] == "done" for v in s.values())
     for row in s["update"]["rows"] + s["liger"]["rows"]:  # measured, or marked
         keys = update.VARIANTS[row["variant"]]
@@ -126,12 +127,13 @@ def test_the_static_decode_path_runs_from_its_keys(tmp_path, monkeypatch):
     assert row["steps"] == 8 and row["ms_step"] > 0 and row["first_s"] > 0
 
 
-def test_the_recipe_summary_reads_the_evaluations_placed_at_60_and_120_s():
+def test_the_recipe_summary_reads_the_evaluations_placed_at_30_60_and_120_s():
     evals = [(0.0, 0.10), (30.4, 0.40), (61.0, 0.55), (90.2, 0.61), (121.5, 0.66)]
     records = [{"kind": "eval", "time": t, "eval/accuracy": a} for t, a in evals]
     records += [{"kind": "step", "time": 2.0 * (i + 1)} for i in range(60)]
     got = recipe.summary(records)
-    assert (got["acc_60"], got["acc_120"], got["to_target_s"]) == (0.55, 0.66, 90.2)
+    assert (got["acc_30"], got["acc_60"], got["acc_120"]) == (0.40, 0.55, 0.66)
+    assert got["to_target_s"] == 90.2
     assert (got["start"], got["best"], got["steps"], got["s_step"]) == (0.10, 0.66, 60, 2.0)
 
 
@@ -140,7 +142,7 @@ def test_the_budget_table_gives_every_section_a_share_and_budget_changes_one():
                                  recipes="smollm2_gpu_fast,smollm2_gpu"))()
     shares = check.plan(args)
     assert list(shares) == ["matmul", "liger", "recipe", "trl"] and shares["trl"] == 90
-    assert shares["recipe"] == 120 + 40 + 60 + 25  # training seconds, and the rest
+    assert shares["recipe"] == 120 + 40 + 30 + 25  # training seconds, and the rest
     assert all(v > 0 for part in check.PARTS.values() for v in part.values())
 
 
