@@ -24,8 +24,8 @@ stopped there and keeps the rows it wrote, and the next section starts on time. 
 
 OUT gets gpu.json (every row), gpu.md (the table; ``--with`` adds an earlier part's
 gpu.json to it) and details.tar.gz (each section's rows, logs and runs, checkpoints left
-out). ``--quick`` shrinks every size so that every
-section's path runs on a CPU in a few minutes; its figures mean nothing.
+out). ``--quick`` shrinks every size so that every section's path runs on a CPU in a few
+minutes; its figures mean nothing.
 """
 
 from __future__ import annotations
