@@ -17,6 +17,13 @@ autocast), P = 1, at the paper's MATH sizes: GRPO 8/8 and PODS 32/8 on each side
 generate with transformers' ``generate`` on the training module (pods' hf engine; TRL
 without vLLM, which TRL cannot run on a CPU).
 
+``smollm2-gpu``: the anchor of the GPU check (benchmarks/gpu/check.py): the same model and
+prompts on a CUDA GPU, the settings of configs/smollm2_gpu.yaml (P = 16, n = 16, 200 new
+tokens at temperature 0.5, lr 2e-5, bf16 compute over float32 weights) and its update size
+(64 rows an optimizer step): stock TRL trains on all P x n = 256 rollouts of a generation
+batch in 4 optimizer steps of 64 rows (``generation_batch_size`` = P x n), pods on the 64
+it keeps.
+
 Common to both: the task's reward, no KL, gradient-norm clipping at 1.0, per-sequence loss
 normalisation and one optimizer step per generation batch. Each runs in its own process
 with the same torch thread count; a step is timed from before generation to after the
@@ -48,17 +55,24 @@ from pathlib import Path
 import torch
 
 SEED = 0
-SETUPS = {  # --model: the run's settings and the methods, name: (implementation, n, m)
+SETUPS = {  # --model: the run's settings and the methods, name: (implementation, n, m), m
+    # the rows an optimizer step trains on per prompt (stock TRL: all n, m at a time)
     "tiny": {"task": "arithmetic", "prompts": 8, "max_new_tokens": 8, "temperature": 1.0,
-             "lr": 3e-4, "bf16": False,
+             "lr": 3e-4, "bf16": False, "device": "cpu",
              "methods": {"pods GRPO": ("native", 16, 16), "pods GRPO-PODS": ("native", 64, 16),
                          "TRL GRPOTrainer": ("trl", 16, 16),
                          "TRL PODSGRPOTrainer": ("trl-pods", 64, 16)}},
     "smollm2": {"task": "wordproblems", "prompts": 1, "max_new_tokens": 200,
-                "temperature": 0.5, "lr": 2e-5, "bf16": True,
+                "temperature": 0.5, "lr": 2e-5, "bf16": True, "device": "cpu",
                 "methods": {"pods GRPO": ("native", 8, 8), "pods GRPO-PODS": ("native", 32, 8),
                             "TRL GRPOTrainer": ("trl", 8, 8),
                             "TRL PODSGRPOTrainer": ("trl-pods", 32, 8)}},
+    "smollm2-gpu": {"task": "wordproblems", "prompts": 16, "max_new_tokens": 200,
+                    "temperature": 0.5, "lr": 2e-5, "bf16": True, "device": "cuda",
+                    "model": "smollm2",
+                    "methods": {"pods GRPO-PODS": ("native", 16, 4),
+                                "TRL GRPOTrainer": ("trl", 16, 4),
+                                "TRL PODSGRPOTrainer": ("trl-pods", 16, 4)}},
 }
 METHODS = sorted({name for setup in SETUPS.values() for name in setup["methods"]})
 PHASES = ("generate", "reward", "select", "update")
@@ -69,11 +83,13 @@ def native(model: str, P: int, n: int, m: int, steps: int, beta: float = 0.0) ->
     from pods.train.trainer import Trainer
 
     setup = SETUPS[model]
-    config = from_dict(dict(model=model, task=setup["task"], prompts_per_step=P, n=n, m=m,
+    config = from_dict(dict(model=setup.get("model", model), task=setup["task"],
+                            prompts_per_step=P, n=n, m=m,
                             lr=setup["lr"], max_new_tokens=setup["max_new_tokens"],
                             temperature=setup["temperature"], engine="hf",
                             mixed_precision="bf16" if setup["bf16"] else "no",
-                            max_steps=steps, max_time=None, device="cpu", progress=False,
+                            max_steps=steps, max_time=None, device=setup["device"],
+                            progress=False,
                             seed=SEED, beta=beta, lr_schedule="constant", warmup_frac=0.0))
     trainer = Trainer(config, log=lambda *args, **kwargs: None)
     records = []
@@ -107,7 +123,7 @@ def trl(model: str, P: int, n: int, m: int, steps: int, pods: bool, beta: float 
 
     setup = SETUPS[model]
     task = get_task(setup["task"])
-    model_dir = model_folder(model, task)
+    model_dir = model_folder(setup.get("model", model), task)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     problems = task.train()
     texts, _ = render_prompts(tokenizer, task, problems)  # rendered: TRL adds no template
@@ -124,15 +140,18 @@ def trl(model: str, P: int, n: int, m: int, steps: int, pods: bool, beta: float 
         from trl import GRPOConfig as Config
         from trl import GRPOTrainer as Trainer
         extra = {}
-    # per_device_train_batch_size: every rollout of the step (stock TRL) or every kept one
-    # (PODS adapter); one micro-batch, one optimizer step per generation batch.
+    # per_device_train_batch_size: the rows of an optimizer step, P x m, in one micro-batch;
+    # stock TRL trains on every rollout of its generation batch (P x n: n/m optimizer steps
+    # a generation), the PODS adapter on the kept ones (one step a generation).
+    sizes = {} if pods else {"generation_batch_size": P * n}
     args = Config(output_dir=tempfile.mkdtemp(), num_generations=n, max_steps=steps,
-                  per_device_train_batch_size=P * m, gradient_accumulation_steps=1,
+                  per_device_train_batch_size=P * m, gradient_accumulation_steps=1, **sizes,
                   max_completion_length=setup["max_new_tokens"],
                   temperature=setup["temperature"], learning_rate=setup["lr"],
                   lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch",
                   weight_decay=0.0, max_grad_norm=1.0, beta=beta, loss_type="grpo",
-                  scale_rewards="group", bf16=setup["bf16"], use_cpu=True, report_to="none",
+                  scale_rewards="group", bf16=setup["bf16"],
+                  use_cpu=setup["device"] == "cpu", report_to="none",
                   save_strategy="no", logging_steps=steps, disable_tqdm=True, seed=SEED,
                   **extra)
     records: list[dict] = []
@@ -176,25 +195,30 @@ def worker(model: str, name: str, prompts: int, steps: int, beta: float) -> None
     print("RESULT " + json.dumps(records))
 
 
-def run(name: str, cli) -> dict:
-    """One method in a fresh process: its medians over the timed steps."""
+def run(name: str, cli, timeout: float | None = None) -> dict:
+    """One method in a fresh process: its medians over the timed steps, or a RuntimeError
+    saying why not (its stderr's end, or the ``timeout`` it ran past)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(cli.threads), "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
     command = [sys.executable, __file__, "--worker", name, "--model", cli.model,
                "--prompts", str(cli.prompts), "--steps", str(cli.warmup + cli.steps),
                "--threads", str(cli.threads), "--beta", str(cli.beta),
                "--max-new-tokens", str(SETUPS[cli.model]["max_new_tokens"])]
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{name} stopped after {timeout:.0f} s") from None
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode or not lines:
-        sys.exit(f"{name} failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"{name} failed:\n{done.stderr[-3000:]}")
     timed = json.loads(lines[-1][len("RESULT "):])[cli.warmup :]
     # pods runs no update on a step without reward variance (TRL does): such steps are
     # left out of the medians, and counted
     updated = [r for r in timed if r.get("updated", True)]
     medians = {key: statistics.median(r[key] for r in updated or timed)
                for key in ("step", *PHASES)}
-    return {**medians, "skipped": len(timed) - len(updated)}
+    return {**medians, "skipped": len(timed) - len(updated), "records": timed}
 
 
 def machine(threads: int) -> str:
@@ -258,7 +282,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     start, (busy, ours) = time.perf_counter(), cpu_seconds()
     for name, (_, n, m) in setup["methods"].items():
-        t = run(name, cli)
+        try:
+            t = run(name, cli)
+        except RuntimeError as error:
+            sys.exit(str(error))
         print(f"| {name} | {P} | {n} | {m} | {t['step']:.3f} | {P * n / t['step']:.2f} | "
               + " | ".join(f"{t[phase]:.3f}" for phase in PHASES)
               + f" | {t['skipped']} |", flush=True)

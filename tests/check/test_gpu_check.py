@@ -1,53 +1,212 @@
-"""benchmarks/gpu.py, the prepared GPU check, rehearsed on the CPU (--quick: tiny sizes):
-every section runs through pods's own code and lands in the table and gpu.json."""
+"""benchmarks/gpu/, the prepared GPU check, rehearsed on the CPU (--quick: tiny sizes):
+every section runs through pods's own code within its share, and the rows whose config
+keys this checkout lacks are marked, not failed."""
 
+import importlib
 import json
 import os
 import subprocess
 import sys
+import tarfile
+import time
 from pathlib import Path
 
+import torch
+
 ROOT = Path(__file__).resolve().parents[2]
+GPU = ROOT / "benchmarks" / "gpu"
+sys.path.insert(0, str(GPU))  # the check's scripts import each other by name
+try:
+    check, decode, gpucommon, recipe, update = (importlib.import_module(name) for name in
+                                                ("check", "decode", "gpucommon", "recipe",
+                                                 "update"))
+finally:
+    sys.path.remove(str(GPU))
 
 
-def test_the_gpu_check_runs_on_a_cpu_and_prints_its_table(tmp_path):
+def test_the_check_runs_every_section_on_a_cpu_within_its_share(tmp_path):
+    from pods.config import LEAVES
+
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--quick",
-                           "--out", str(tmp_path), "--skip", "default,tests"],
+    sections = "matmul,update,decode,default,tests,liger,recipe,trl"
+    done = subprocess.run([sys.executable, str(GPU / "check.py"), "--quick", "--sections",
+                           sections, "--budget", "tests=4", "--recipes", "smollm2_gpu",
+                           "--out", str(tmp_path)],
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["details.tar.gz", "gpu.json",
+                                                          "gpu.md"]  # at most 8 files
     report = json.loads((tmp_path / "gpu.json").read_text())
-    assert [(r["model"], r["rows"]) for r in report["update"]] == \
-        [("SmolLM2-135M", 2), ("Qwen2.5-1.5B", 2)]
-    for row in report["update"]:
-        assert row["precision"] == "float32 weights, float32 compute"  # the CPU default
-        assert row["pods"]["tok_s"] > 0 and row["bare"]["tok_s"] > 0
-        assert 0 < row["pods"]["share"]
-    generation = report["generate"][0]
-    assert min(generation[k] for k in ("engine_tok_s", "static_tok_s", "raw_tok_s")) > 0
-    profile = (tmp_path / "profile.txt").read_text()  # the update's operators, by own time
-    assert "Self CPU" in profile and "aten::" in profile
-    heads = report["head"]  # the output head's chunk size and recompute varied
-    assert [h["variant"] for h in heads][-1] == "chunks of 2^25 floats, kept (no recompute)"
-    assert len(heads) == 3 and all(h["tok_s"] > 0 for h in heads)
-    pods_head = {k: v for k, v in heads[0].items() if k != "variant"}
-    assert pods_head == report["update"][-1]["pods"]  # pods's own head: not measured twice
+    s = report["sections"]
+    assert list(s) == sections.split(",")
+    assert all(v["rows"] for v in s.values())  # every section wrote what it measured
+    tests = s["tests"]  # given 4 s: it stopped its pytest there, the sections after it
+    # ran in full (a section that overruns is stopped by the check: the test below)
+    assert tests["rows"][0]["summary"].startswith("stopped at its share")
+    assert tests["spent_s"] < 4 + check.GRACE
+    assert all((ROOT / f).exists() for f in tests["rows"][0]["files"])  # none missing
+    assert all(v["status"] == "done" for v in s.values())
+    for row in s["update"]["rows"] + s["liger"]["rows"]:  # measured, or marked
+        keys = update.VARIANTS[row["variant"]]
+        if keys and any(key not in LEAVES for key in keys):
+            assert row["error"].startswith("not available in this checkout")
+        elif row["variant"] == "liger":
+            assert row["error"] == "needs a CUDA GPU"
+        else:
+            assert row["tok_s"] > 0 and row["share"] > 0
+    cast = all(key in LEAVES for key in update.VARIANTS["cast-step"])
+    measured = {r["variant"] for r in s["update"]["rows"] if "tok_s" in r}
+    assert measured == ({"bare", "cast-step", "cast-matmul"} if cast else {"bare", "pods"})
+    for row in s["decode"]["rows"]:
+        if "hf_decode" in decode.PATHS[row["path"]] and "hf_decode" not in LEAVES:
+            assert row["error"].startswith("not available in this checkout")
+        else:
+            assert row["ms_step"] > 0 and row["steps"] == 8
+    assert s["default"]["rows"][0]["steps"] == 1
+    (run,) = s["recipe"]["rows"]
+    assert run["recipe"] == "smollm2_gpu" and run["steps"] == 2 and "error" not in run
+    pods, trl = s["trl"]["rows"]
+    assert pods["s_step"] > 0 and trl["s_generation"] > 0 and trl["s_step"] > 0
     table = (tmp_path / "gpu.md").read_text()
-    assert "| SmolLM2-135M | 2 | float32 weights, float32 compute |" in table
-    assert "| output head (Qwen2.5-1.5B arch., 2 rows) |" in table
+    assert "| tests | 4 |" in table and "pods step / TRL generation batch:" in table
+    with tarfile.open(tmp_path / "details.tar.gz") as tar:
+        names = tar.getnames()
+    assert "details/recipes/smollm2_gpu/metrics.jsonl" in names
+    assert not any("checkpoint" in name for name in names)
+
+
+def test_a_section_past_its_share_is_stopped_with_its_children(tmp_path):
+    """The next section's share is guaranteed: the whole process group goes."""
+    child = tmp_path / "child.pid"
+    code = ("import subprocess, time; p = subprocess.Popen(['sleep', '60']); "
+            f"open({str(child)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    start = time.monotonic()
+    done = check.run_section([sys.executable, "-c", code], 1.0, tmp_path / "log")
+    assert done["status"] == "stopped at its share (1 s)"
+    assert time.monotonic() - start < 1 + check.GRACE + 2
+    time.sleep(0.2)
+    stat = Path(f"/proc/{child.read_text()}/stat")  # gone, or a zombie left to init
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_a_row_whose_keys_this_checkout_lacks_is_marked_and_one_it_has_runs(monkeypatch):
+    from pods.config import LEAVES
+
+    cpu = torch.device("cpu")
+    keys = {"weight_cast": "step", "update_kernels": "torch"}
+    monkeypatch.delitem(LEAVES, "weight_cast", raising=False)
+    assert update.unavailable(keys, cpu).startswith("not available in this checkout")
+    assert not update.redundant("pods", cpu)  # the defaults stand in for the cast rows
+    for key in keys:  # as after the merge of the leaves: the row runs
+        monkeypatch.setitem(LEAVES, key, LEAVES["dtype"])
+    assert update.unavailable(keys, cpu) is None
+    assert update.redundant("pods", cpu)  # the defaults are the cast once a step here
+    assert update.unavailable({**keys, "update_kernels": "liger"}, cpu) == "needs a CUDA GPU"
+
+
+def test_a_variant_s_keys_reach_the_trainer_and_its_update_is_measured(tmp_path):
+    args = type("Args", (), dict(quick=True, new=8, prompt=8, repeats=1, tflops=1.0,
+                                 rows=(2,), out=str(tmp_path), section="update"))()
+    folder = update.save_architecture("SmolLM2-135M", torch.device("cpu"), args, tmp_path)
+    trainer = update.trainer_for(folder, {"micro_batch_size": 1}, 2, args)
+    assert trainer.cfg.optim.micro_batch_size == 1
+    update.pods_rows("SmolLM2-135M", folder, "pods", {"micro_batch_size": 1},
+                     torch.device("cpu"), args)
+    (row,) = gpucommon.read_rows(tmp_path / "update.jsonl")
+    assert row["tok_s"] > 0 and row["precision"] == "float32 weights, float32 compute"
+
+
+def test_the_static_decode_path_runs_from_its_keys(tmp_path, monkeypatch):
+    """The static cache's path through the engine (the loop's keys are not in every
+    checkout; hf_compile on is)."""
+    monkeypatch.setitem(decode.PATHS, "static", {"hf_compile": "on"})
+    args = type("Args", (), dict(prompt=8, new=8))()
+    model = gpucommon.build("SmolLM2-135M", torch.device("cpu"), torch.float32, True).eval()
+    tokenizer = gpucommon.word_tokenizer(model.config.vocab_size)
+    row = decode.cell("static", 3, model, tokenizer, torch.device("cpu"), args)
+    assert row["steps"] == 8 and row["ms_step"] > 0 and row["first_s"] > 0
+
+
+def test_the_recipe_summary_reads_the_evaluations_placed_at_30_60_and_120_s():
+    evals = [(0.0, 0.10), (30.4, 0.40), (61.0, 0.55), (90.2, 0.61), (121.5, 0.66)]
+    records = [{"kind": "eval", "time": t, "eval/accuracy": a} for t, a in evals]
+    records += [{"kind": "step", "time": 2.0 * (i + 1)} for i in range(60)]
+    got = recipe.summary(records)
+    assert (got["acc_30"], got["acc_60"], got["acc_120"]) == (0.40, 0.55, 0.66)
+    assert got["to_target_s"] == 90.2
+    assert (got["start"], got["best"], got["steps"], got["s_step"]) == (0.10, 0.66, 60, 2.0)
+
+
+def test_the_budget_table_gives_every_section_a_share_and_budget_changes_one():
+    args = type("Args", (), dict(sections="", part=2, quick=False, budget="trl=90",
+                                 recipes="smollm2_gpu_fast,smollm2_gpu"))()
+    shares = check.plan(args)
+    assert list(shares) == ["matmul", "liger", "recipe", "trl"] and shares["trl"] == 90
+    assert shares["recipe"] == 120 + 40 + 30 + 25  # training seconds, and the rest
+    assert all(v > 0 for part in check.PARTS.values() for v in part.values())
 
 
 def test_the_check_measures_the_architectures_in_the_gpu_default_precision(monkeypatch):
     """bf16 compute on a GPU with bf16, as a user's model gets it (not the embedded model's
     float32, which plain ModelConfig() would plan for)."""
-    import importlib.util
-
-    import torch
-
-    spec = importlib.util.spec_from_file_location("gpu", ROOT / "benchmarks" / "gpu.py")
-    gpu = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
-    for name in gpu.ARCHITECTURES:
-        precision = gpu.default_precision(name, torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    for name in gpucommon.ARCHITECTURES:
+        precision = update.default_precision(name, torch.device("cuda"))
         assert (precision.weights, precision.update) == (torch.float32, "bf16")
+
+
+def test_an_earlier_part_joins_the_table_so_liger_stands_beside_the_bare_step(tmp_path):
+    def section(*rows):
+        return {"share_s": 15, "spent_s": 3, "status": "done", "rows": list(rows)}
+
+    head = {"device": "H200", "date": "2026-11-28", "torch": "2.11", "transformers": "5.17",
+            "command": "check.py"}
+    row = {"model": "M", "rows": 16, "precision": "p", "share": 0.5, "peak_gib": 1.0}
+    earlier = tmp_path / "gpu.json"
+    earlier.write_text(json.dumps({**head, "sections": {
+        "update": section({**row, "variant": "bare", "tok_s": 200.0})}}))
+    report = {**head, "sections": {"liger": section({**row, "variant": "liger",
+                                                     "tok_s": 300.0})}}
+    table = importlib.import_module("table").table
+    assert "| M | 16 | liger | p | 300 | - |" in table(report)  # no bare step to divide by
+    assert "| M | 16 | liger | p | 300 | 1.50x | 50% | 1.0 |" in table(
+        check.merged(report, str(earlier)))
+
+
+def test_a_cell_that_raises_is_noted_and_the_next_one_runs(tmp_path, monkeypatch):
+    def cell(path, rows, *args):
+        if path == "dynamic":
+            raise ValueError("boom\nmore")
+        return {"ms_step": 1.0}
+
+    monkeypatch.setattr(decode, "cell", cell)
+    monkeypatch.setattr(sys, "argv", ["decode.py", "--out", str(tmp_path), "--seconds", "60",
+                                      "--section", "decode", "--quick"])
+    decode.main()
+    rows = gpucommon.read_rows(tmp_path / "decode.jsonl")
+    assert [(r["path"], r.get("error")) for r in rows] == [
+        ("loop", None), ("dynamic", "ValueError: boom"), ("static generate", None)]
+
+
+def test_smollm2_is_taken_from_its_installed_wheel_into_the_cache(tmp_path, monkeypatch):
+    import dataclasses
+    import hashlib
+
+    from pods.models import fetch
+
+    package = tmp_path / "site" / "fake_smollm2_wheel"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "model.gguf").write_bytes(b"weights")
+    spec = dataclasses.replace(fetch.FETCHABLE["smollm2"],
+                               member="fake_smollm2_wheel/model.gguf",
+                               sha256=hashlib.sha256(b"weights").hexdigest())
+    monkeypatch.setitem(fetch.FETCHABLE, "smollm2", spec)
+    monkeypatch.setenv("PODS_CACHE", str(tmp_path / "cache"))
+    assert recipe.smollm2_ready().startswith("SmolLM2 is not here")  # not installed
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setitem(fetch.FETCHABLE, "smollm2", dataclasses.replace(spec, sha256="0"))
+    assert "sha256 differs" in recipe.smollm2_ready()
+    monkeypatch.setitem(fetch.FETCHABLE, "smollm2", spec)
+    assert recipe.smollm2_ready() is None
+    assert fetch.gguf_path("smollm2").read_bytes() == b"weights"

@@ -1,0 +1,86 @@
+"""Sections default and tests of the GPU check (benchmarks/gpu/check.py), each a fresh
+process stopped at the section's share with what it reached:
+
+default: the embedded default (``pods train``, device auto): its steps, training seconds
+and accuracy at each evaluation so far.
+tests: the test files that exercise the device (device auto is CUDA there), those of the
+GPU paths (names with gpu, cuda, liger or kernels; tests/check excluded) first.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gpucommon import emit, left, read_rows, section_args
+
+ROOT = Path(__file__).resolve().parents[2]
+TEST_FILES = ["tests/rollout/test_hf_decode.py", "tests/rollout/test_hf_static.py",
+              "tests/models/test_precision.py", "tests/train/test_optimizer.py",
+              "tests/train/test_update.py", "tests/train/test_mixed_precision.py",
+              "tests/rollout"]  # those this checkout has, in this order
+GPU_NAMES = ("gpu", "cuda", "liger", "kernels")
+
+
+def until_share(command: list[str], log: Path, args) -> tuple[int | None, float]:
+    """Run ``command`` (output to ``log``) until it ends or the share is spent (then it is
+    killed): (its exit code or None, wall seconds)."""
+    start = time.perf_counter()
+    with log.open("w") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        try:
+            code = proc.wait(timeout=max(1.0, left(args) - 2))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            code = None
+    return code, time.perf_counter() - start
+
+
+def default_run(args) -> dict:
+    out = Path(args.out) / "default-run"
+    command = [sys.executable, "-m", "pods", "train", "--out-dir", str(out), "--run-name",
+               "default", "--progress", "false"]
+    if args.quick:
+        command += ["--max-steps", "1", "--eval-size", "8"]
+    code, wall = until_share(command, Path(args.out) / "default.log", args)
+    records = read_rows(out / "default" / "metrics.jsonl")
+    evals = [(round(r["time"], 1), r["eval/accuracy"]) for r in records
+             if r.get("kind") == "eval"]
+    steps = [r for r in records if r.get("kind") == "step"]
+    return {"wall_s": wall, "finished": code == 0,
+            **({} if code in (0, None) else {"error": f"exit {code}: see default.log"}),
+            "steps": len(steps), "train_s": steps[-1]["time"] if steps else None,
+            "evals": evals}
+
+
+def test_files() -> list[str]:
+    found = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
+                   if any(word in p.stem for word in GPU_NAMES) and "check" not in p.parts)
+    return found + [f for f in TEST_FILES if f not in found and (ROOT / f).exists()]
+
+
+def device_tests(args) -> dict:
+    files = test_files()
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *files]
+    log = Path(args.out) / "tests.log"
+    code, wall = until_share(command, log, args)
+    lines = log.read_text().strip().splitlines()
+    passed = sum(line.split(" [")[0].count(".") for line in lines if line.endswith("%]"))
+    summary = lines[-1] if code is not None and lines else \
+        f"stopped at its share: {passed} passed so far"
+    return {"files": files, "summary": summary, "returncode": code, "wall_s": wall}
+
+
+def main() -> None:
+    def extra(parser):
+        parser.add_argument("--what", choices=("default", "tests"), required=True)
+
+    args = section_args(__doc__.splitlines()[0], extra)
+    emit(args, default_run(args) if args.what == "default" else device_tests(args))
+
+
+if __name__ == "__main__":
+    main()
