@@ -1,7 +1,7 @@
 """The hf engine on a static cache at fixed shapes (--hf-compile): the same keys give the
 same completions and log-probs as the dynamic cache, with pods's decode loop and with
 generate; the shapes are fixed; auto is on for a CUDA GPU only, and never under FSDP2.
-(The compile itself happens on CUDA only: measured by benchmarks/gpu.py; pods's loop is
+(The compile itself happens on CUDA only: measured by benchmarks/gpu/check.py; pods's loop is
 compared with generate in detail in test_hf_decode.py.)"""
 
 import pytest
