@@ -47,7 +47,7 @@ def test_the_check_measures_the_architectures_in_the_gpu_default_precision(monke
     spec = importlib.util.spec_from_file_location("gpu", ROOT / "benchmarks" / "gpu.py")
     gpu = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
     for name in gpu.ARCHITECTURES:
         precision = gpu.default_precision(name, torch.device("cuda"))
         assert (precision.weights, precision.update) == (torch.float32, "bf16")

@@ -1,0 +1,78 @@
+"""The update's kernels (``--update-kernels``): liger-kernel's Triton kernels on a CUDA GPU,
+or torch's (transformers' modules and pods's chunked head, pods.models.logprobs).
+
+    update_kernels(name, device, sharded)   "liger" or "torch"; an unusable "liger" fails
+    use_kernels(model, kernels)             put liger's RMSNorm, SwiGLU, RoPE on ``model``
+    liger_logprobs(states, targets, head, T)   per-token log-probs by liger's fused linear
+                                               cross-entropy (no [tokens, V] logits kept)
+
+liger-kernel (Hsu et al., 2024, github.com/linkedin/Liger-Kernel) fuses the output head
+with the log-softmax a chunk of tokens at a time, computing the head's gradients in the
+forward pass, and replaces RMSNorm, the SwiGLU MLP and the rotary embedding by fused
+kernels. pods's loss needs per-token log-probs (its normalisations, corrections and the
+engine/trainer gap are its own, pods.core), so it takes liger's fused linear
+cross-entropy without reduction (log p = -CE), not its GRPO loss. Its kernels need Triton
+and a CUDA GPU; elsewhere pods's chunked head does the same in torch. RoPE is patched in
+transformers' modeling module (liger's way), so the hf engine's sampling also uses it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+from torch import Tensor
+
+INSTALL = "pip install 'pods-rl[gpu]'  (or: pip install liger-kernel)"
+
+
+def liger_installed() -> bool:
+    return importlib.util.find_spec("liger_kernel") is not None
+
+
+def update_kernels(name: str, device: torch.device, sharded: bool = False) -> str:
+    """``name`` (--update-kernels) as this run uses it: "auto" is "liger" on a CUDA GPU
+    where liger-kernel is installed (not under FSDP2, whose sharded head it cannot take),
+    else "torch". "liger" where it cannot run raises, with what to do."""
+    usable = device.type == "cuda" and not sharded and liger_installed()
+    if name == "auto":
+        return "liger" if usable else "torch"
+    if name == "liger" and not usable:
+        if device.type != "cuda":
+            why = f"its Triton kernels need a CUDA GPU and this run is on {device.type}"
+        elif sharded:
+            why = "it takes the output head whole, and FSDP2 shards it"
+        else:
+            why = f"liger-kernel is not installed; {INSTALL}"
+        raise ValueError(f"--update-kernels liger cannot run here: {why}. Use "
+                         f"--update-kernels auto (liger where it can run) or torch.")
+    return name
+
+
+def use_kernels(model, kernels: str) -> None:
+    """With ``kernels`` "liger", liger's RMSNorm and SwiGLU modules on ``model`` (an
+    instance of an architecture liger patches) and its RoPE; else nothing."""
+    if kernels != "liger":
+        return
+    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+
+    kind = getattr(model.config, "model_type", None)
+    apply = MODEL_TYPE_TO_APPLY_LIGER_FN.get(kind)
+    if apply is None:
+        raise ValueError(f"liger-kernel has no kernels for the {kind!r} architecture; use "
+                         f"--update-kernels torch.")
+    # the head's log-probs are pods's (liger_logprobs), so no fused loss in the forward
+    apply(model=model, rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+          fused_linear_cross_entropy=False)
+
+
+def liger_logprobs(states: Tensor, targets: Tensor, head: torch.nn.Module,
+                   temperature: float) -> Tensor:
+    """[T] float32 log-probs of ``targets`` [T] under softmax(head(states) / temperature),
+    ``states`` [T, H]: liger's fused linear cross-entropy per token, negated."""
+    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+
+    ce = liger_fused_linear_cross_entropy(states / temperature, head.weight, targets,
+                                          head.bias, reduction="none",
+                                          accum_dtype=torch.float32)  # [T]
+    return -ce.float()
