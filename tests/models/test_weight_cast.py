@@ -128,3 +128,17 @@ def test_the_reference_computes_as_the_policy_so_the_kl_starts_at_zero(tiny_mode
                        mixed_precision="bf16", device="cpu"))
     step = [r for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "step"][0]
     assert step["loss/kl"] == 0.0 and step["optim/skipped"] == 0
+
+
+def test_the_working_copy_is_the_hf_engines_sampling_copy(tiny_model_dir, tmp_path):
+    """One bf16 copy of the weights, not two: the engine samples from the module the update
+    computes with (refreshed by the engine's sync after each step)."""
+    from pods.train.trainer import Trainer
+
+    trainer = Trainer(config(tiny_model_dir, tmp_path, mixed_precision="bf16", device="cpu"),
+                      log=lambda line: None)
+    cast = trainer.update_spec.cast
+    assert cast is not None and cast.module is trainer.engine.copy.module
+    assert all(p.requires_grad for p in cast.module.parameters())
+    trainer.step()  # an update, then the engine's sync: the copy is the masters' bf16
+    assert all(torch.equal(c, m.detach().bfloat16()) for c, m in cast.pairs)

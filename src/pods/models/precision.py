@@ -21,6 +21,7 @@ generated token. The hf engine samples from a bfloat16 copy of the weights inste
 
 from __future__ import annotations
 
+import weakref
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -194,19 +195,35 @@ def autocast(device: torch.device, mixed_precision: str):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model: {dtype: module}
+
+
+def copy_module(model, dtype: torch.dtype):
+    """A plain model of ``model``'s architecture in ``dtype`` on its device (no adapter; made
+    without gradients, in eval mode), one per model and dtype: the hf engine's sampling
+    copy (``SamplingCopy``) and the update's working copy (pods.models.weight_cast) are
+    the same module, so bf16 compute over float32 weights holds one bf16 copy of them.
+    Its weights are those of its last refresh (either's)."""
+    from transformers import AutoModelForCausalLM
+
+    copies = _COPIES.setdefault(model, {})
+    if dtype not in copies:
+        base = model.get_base_model() if hasattr(model, "peft_config") else model
+        with torch.device(next(base.parameters()).device):  # made where it runs
+            module = AutoModelForCausalLM.from_config(base.config, dtype=dtype)
+        module.generation_config = base.generation_config
+        copies[dtype] = module.requires_grad_(False).eval()
+    return copies[dtype]
+
+
 class SamplingCopy:
-    """A plain (no adapter, no grad) copy of ``model`` in ``dtype`` to generate from; a
-    LoRA adapter is merged into it (pods.models.merge), so sampling pays no adapter matmuls.
-    ``refresh`` copies the trainer's current weights in (0.03 s for SmolLM2-135M on 2 CPU cores)."""
+    """A plain (no adapter) copy of ``model`` in ``dtype`` to generate from (``copy_module``);
+    a LoRA adapter is merged into it (pods.models.merge), so sampling pays no adapter
+    matmuls. ``refresh`` copies the trainer's current weights in (0.03 s for SmolLM2-135M
+    on 2 CPU cores)."""
 
     def __init__(self, model, dtype: torch.dtype):
-        from transformers import AutoModelForCausalLM
-
-        base = model.get_base_model() if hasattr(model, "peft_config") else model
-        device = next(base.parameters()).device
-        self.module = AutoModelForCausalLM.from_config(base.config, dtype=dtype).to(device)
-        self.module.generation_config = base.generation_config
-        self.module.requires_grad_(False).eval()
+        self.module = copy_module(model, dtype)
         self.refresh(model)
 
     @torch.no_grad()

@@ -16,8 +16,10 @@ stream, as in a bfloat16 model: the hf engine's sampling copy computes the same 
 log-softmax and the loss stay float32 (pods.models.logprobs upcasts the logits). Used where
 a run computes in bf16 with float32 weights, without LoRA and without FSDP2 (whose
 mixed-precision policy gathers bf16 weights itself): ``pods.models.precision.plan``.
-Memory: 2 bytes a parameter beside the float32 masters (the hf engine's sampling copy is
-another such copy)."""
+Memory: 2 bytes a parameter beside the float32 masters, shared with the hf engine's
+bfloat16 sampling copy (``pods.models.precision.copy_module``: one module), which then
+samples from exactly the weights and kernels the update computes with; the engine's sync
+after each step and the update's refresh before it are one cast each."""
 
 from __future__ import annotations
 
@@ -30,16 +32,14 @@ from torch import Tensor
 class WeightCast:
     """A ``dtype`` copy of ``model`` (a transformers causal LM, float32 weights) to train
     through: ``refresh`` before each optimizer step's passes, ``module`` in them; the
-    gradients land in float32 on ``model``'s parameters."""
+    gradients land in float32 on ``model``'s parameters. Its parameters take gradients
+    where the masters do (the sampling copy it may share generates without them)."""
 
     def __init__(self, model, dtype: torch.dtype = torch.bfloat16):
-        from transformers import AutoModelForCausalLM
+        from pods.models.precision import copy_module
 
         self.model = model
-        device = next(model.parameters()).device
-        with torch.device(device):  # built where it runs: no host copy of a large model
-            self.module = AutoModelForCausalLM.from_config(model.config, dtype=dtype)
-        self.module.generation_config = model.generation_config
+        self.module = copy_module(model, dtype)  # the hf engine's sampling copy, if it has one
         if checkpointed(model):
             self.module.gradient_checkpointing_enable()
         masters = dict(model.named_parameters())
