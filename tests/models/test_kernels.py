@@ -116,3 +116,37 @@ def test_liger_matches_the_chunked_head_within_bf16_tolerance(tiny_model_dir):
     for name, g in grads.items():
         assert float((g - grads_t[name]).norm() / grads_t[name].norm()) < 0.05, name
 
+
+
+@pytest.fixture
+def patch_table(monkeypatch):
+    """liger-kernel's table of architectures (MODEL_TYPE_TO_APPLY_LIGER_FN) as given, in
+    place of the package (not installed here; its kernels need a GPU)."""
+    import sys
+    import types
+
+    def install(table):
+        for name in ("liger_kernel", "liger_kernel.transformers"):
+            monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+        module = types.ModuleType("liger_kernel.transformers.monkey_patch")
+        module.MODEL_TYPE_TO_APPLY_LIGER_FN = table
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    return install
+
+
+def test_liger_patches_the_instance_without_its_fused_loss(tiny_model_dir, patch_table):
+    calls = []
+    patch_table({"qwen2": lambda **kwargs: calls.append(kwargs)})
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)  # a Qwen2
+    assert use_kernels(model, "liger") == "liger"
+    assert calls == [dict(model=model, rope=True, rms_norm=True, swiglu=True,
+                          cross_entropy=False, fused_linear_cross_entropy=False)]
+
+
+def test_an_architecture_liger_does_not_patch_is_torch_under_auto_and_refused_if_asked(
+        tiny_model_dir, patch_table):
+    patch_table({"llama": lambda **kwargs: None})
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)  # a Qwen2
+    assert use_kernels(model, "liger", strict=False) == "torch"
+    with pytest.raises(ValueError, match="no kernels for the 'qwen2' architecture"):
+        use_kernels(model, "liger", strict=True)

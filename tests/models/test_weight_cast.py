@@ -142,3 +142,16 @@ def test_the_working_copy_is_the_hf_engines_sampling_copy(tiny_model_dir, tmp_pa
     assert all(p.requires_grad for p in cast.module.parameters())
     trainer.step()  # an update, then the engine's sync: the copy is the masters' bf16
     assert all(torch.equal(c, m.detach().bfloat16()) for c, m in cast.pairs)
+
+
+def test_the_engine_samples_what_the_update_computes_so_the_gap_is_float_noise(
+        tiny_model_dir, tmp_path):
+    """Under autocast the trainer's log-probs differ from the bf16 sampling copy's (float32
+    activations between the matmuls): a real gap. On the shared bf16 copy they are the
+    same computation, up to the batch's shape."""
+    gaps = {}
+    for cast in ("step", "matmul"):
+        run = train(config(tiny_model_dir, tmp_path, max_steps=1, run_name=cast,
+                           mixed_precision="bf16", device="cpu", weight_cast=cast))
+        gaps[cast] = read_metrics(run / "metrics.jsonl", "step")[0]["rollout/logprob_gap"]
+    assert gaps["step"] < 1e-5 < 1e-4 < gaps["matmul"], gaps

@@ -2,7 +2,7 @@
 or torch's (transformers' modules and pods's chunked head, pods.models.logprobs).
 
     update_kernels(name, device, sharded)   "liger" or "torch"; an unusable "liger" fails
-    use_kernels(model, kernels)             put liger's RMSNorm, SwiGLU, RoPE on ``model``
+    use_kernels(model, kernels, strict)     put liger's RMSNorm, SwiGLU, RoPE on ``model``
     liger_logprobs(states, targets, head, T)   per-token log-probs by liger's fused linear
                                                cross-entropy (no [tokens, V] logits kept)
 
@@ -49,21 +49,26 @@ def update_kernels(name: str, device: torch.device, sharded: bool = False) -> st
     return name
 
 
-def use_kernels(model, kernels: str) -> None:
-    """With ``kernels`` "liger", liger's RMSNorm and SwiGLU modules on ``model`` (an
-    instance of an architecture liger patches) and its RoPE; else nothing."""
+def use_kernels(model, kernels: str, strict: bool = True) -> str:
+    """With ``kernels`` "liger", liger's RMSNorm and SwiGLU modules on ``model`` and its
+    RoPE, where liger-kernel patches ``model``'s architecture; the kernels used. An
+    architecture it does not patch raises where ``strict`` (--update-kernels liger), and
+    is "torch" otherwise (auto)."""
     if kernels != "liger":
-        return
+        return kernels
     from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
 
-    kind = getattr(model.config, "model_type", None)
+    kind = model.config.model_type
     apply = MODEL_TYPE_TO_APPLY_LIGER_FN.get(kind)
-    if apply is None:
+    if apply is None and strict:
         raise ValueError(f"liger-kernel has no kernels for the {kind!r} architecture; use "
-                         f"--update-kernels torch.")
+                         f"--update-kernels auto or torch.")
+    if apply is None:
+        return "torch"
     # the head's log-probs are pods's (liger_logprobs), so no fused loss in the forward
     apply(model=model, rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
           fused_linear_cross_entropy=False)
+    return kernels
 
 
 def liger_logprobs(states: Tensor, targets: Tensor, head: torch.nn.Module,

@@ -109,7 +109,8 @@ class Trainer:
         self.update_spec = with_compute(
             UpdateSpec(config.optim, config.loss, config.rollout.temperature,
                        config.rollout.max_new_tokens),
-            self.model, self.ref_model, self.precision.cast == "step", kernels)
+            self.model, self.ref_model, self.precision.cast == "step", kernels,
+            strict=config.model.update_kernels == "liger")
 
     def _reference_model(self):
         """The KL reference: a frozen copy of the start in the policy's compute precision

@@ -274,10 +274,13 @@ def _add(totals: dict[str, float], values: dict[str, float], weight: float) -> N
         totals[k] = totals.get(k, 0.0) + weight * v
 
 
-def with_compute(spec: UpdateSpec, model, ref_model, cast: bool, kernels: str) -> UpdateSpec:
+def with_compute(spec: UpdateSpec, model, ref_model, cast: bool, kernels: str,
+                 strict: bool = False) -> UpdateSpec:
     """``spec`` with the run's update compute: a bf16 working copy of ``model`` where
     ``cast`` (Precision.cast "step"), and ``kernels`` ("liger": liger's kernels put on the
-    module the passes run through and on ``ref_model``, pods.models.kernels)."""
+    module the passes run through and on ``ref_model``; an architecture liger does not
+    patch is refused where ``strict``, --update-kernels liger, else computes with torch's:
+    pods.models.kernels)."""
     from dataclasses import replace
 
     from pods.models.kernels import use_kernels
@@ -285,7 +288,7 @@ def with_compute(spec: UpdateSpec, model, ref_model, cast: bool, kernels: str) -
     copy = WeightCast(model) if cast else None
     trained = copy.module if copy is not None else \
         model.get_base_model() if hasattr(model, "peft_config") else model  # LoRA: its base
-    for module in (trained, ref_model):
-        if module is not None:
-            use_kernels(module, kernels)
+    kernels = use_kernels(trained, kernels, strict)
+    if ref_model is not None:
+        use_kernels(ref_model, kernels, strict)
     return replace(spec, cast=copy, kernels=kernels)
