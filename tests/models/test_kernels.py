@@ -60,17 +60,16 @@ def test_a_run_asking_liger_on_a_cpu_fails_before_the_model_loads(tiny_model_dir
 def test_torch_kernels_leave_the_model_as_it_is(tiny_model_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     before = {name: type(m) for name, m in model.named_modules()}
-    use_kernels(model, "torch")
+    assert use_kernels(model, "torch") == "torch"
     assert {name: type(m) for name, m in model.named_modules()} == before
 
 
-def test_the_liger_head_path_scatters_its_token_logprobs_into_the_rows(tiny_model_dir,
-                                                                       monkeypatch):
-    """The dispatch of head_logprobs to liger's kernel, with the kernel replaced by the
-    same arithmetic in torch (Triton does not run here): the [B, Lc] result, padding 0,
-    equals the chunked head's."""
+def test_a_fused_head_scatters_its_token_logprobs_into_the_rows(tiny_model_dir, monkeypatch):
+    """head_logprobs asks a FusedHead for its log-probs, here with liger's kernel replaced
+    by the same arithmetic in torch (Triton does not run here): the [B, Lc] result,
+    padding 0, equals the chunked head's, and its gradient reaches the weights."""
     def same_math(states, targets, head, temperature):  # what liger's kernel computes
-        logits = head(states).float() / temperature  # [T, V]
+        logits = torch.nn.functional.linear(states, head.weight).float() / temperature
         return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
 
     monkeypatch.setattr(kernels, "liger_logprobs", same_math)
@@ -79,9 +78,13 @@ def test_the_liger_head_path_scatters_its_token_logprobs_into_the_rows(tiny_mode
     mask = torch.ones_like(ids)
     mask[2, 5:] = 0
     args = (model, ids[:, :3], mask[:, :3], ids[:, 3:], mask[:, 3:], 0.7)
-    torch.testing.assert_close(completion_logprobs(*args, kernels="liger"),
-                               completion_logprobs(*args), rtol=0, atol=1e-6)
-    assert completion_logprobs(*args, kernels="liger")[2, 2:].eq(0).all()
+    chunked = completion_logprobs(*args)
+    model.get_output_embeddings().__class__ = kernels.FusedHead  # as use_kernels makes it
+    fused = completion_logprobs(*args)
+    torch.testing.assert_close(fused, chunked, rtol=0, atol=1e-6)
+    assert fused[2, 2:].eq(0).all()
+    fused.sum().backward()
+    assert model.get_output_embeddings().weight.grad.abs().sum() > 0
 
 
 GPU_LIGER = torch.cuda.is_available() and importlib.util.find_spec("triton") is not None \
@@ -103,7 +106,9 @@ def test_liger_matches_the_chunked_head_within_bf16_tolerance(tiny_model_dir):
         mask = torch.ones_like(ids)
         mask[1, 30:] = 0
         logp = completion_logprobs(model, ids[:, :8], mask[:, :8], ids[:, 8:], mask[:, 8:],
-                                   0.9, kernels=kind)  # [B, Lc]
+                                   0.9)  # [B, Lc]
+        assert isinstance(model.get_output_embeddings(), kernels.FusedHead) == \
+            (kind == "liger")
         loss = -(logp * mask[:, 8:]).sum() / mask[:, 8:].sum()
         loss.backward()
         return logp.detach(), loss.detach(), {n: p.grad.float() for n, p in
@@ -141,6 +146,9 @@ def test_liger_patches_the_instance_without_its_fused_loss(tiny_model_dir, patch
     assert use_kernels(model, "liger") == "liger"
     assert calls == [dict(model=model, rope=True, rms_norm=True, swiglu=True,
                           cross_entropy=False, fused_linear_cross_entropy=False)]
+    head = model.get_output_embeddings()
+    assert isinstance(head, kernels.FusedHead)  # its log-probs by liger's fused kernel
+    assert head.weight is model.get_input_embeddings().weight  # still tied
 
 
 def test_an_architecture_liger_does_not_patch_is_torch_under_auto_and_refused_if_asked(

@@ -2,9 +2,11 @@
 or torch's (transformers' modules and pods's chunked head, pods.models.logprobs).
 
     update_kernels(name, device, sharded)   "liger" or "torch"; an unusable "liger" fails
-    use_kernels(model, kernels, strict)     put liger's RMSNorm, SwiGLU, RoPE on ``model``
-    liger_logprobs(states, targets, head, T)   per-token log-probs by liger's fused linear
-                                               cross-entropy (no [tokens, V] logits kept)
+    use_kernels(model, kernels, strict)     put liger's RMSNorm, SwiGLU, RoPE on ``model``,
+                                            and make its head a ``FusedHead``
+    FusedHead                               an output head whose per-token log-probs are
+                                            liger's fused linear cross-entropy (no [tokens,
+                                            V] logits kept; pods.models.logprobs asks it)
 
 liger-kernel (Hsu et al., 2024, github.com/linkedin/Liger-Kernel) fuses the output head
 with the log-softmax a chunk of tokens at a time, computing the head's gradients in the
@@ -65,10 +67,23 @@ def use_kernels(model, kernels: str, strict: bool = True) -> str:
                          f"--update-kernels auto or torch.")
     if apply is None:
         return "torch"
-    # the head's log-probs are pods's (liger_logprobs), so no fused loss in the forward
+    # the head's log-probs are pods's (FusedHead), so no fused loss in the forward
     apply(model=model, rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
           fused_linear_cross_entropy=False)
+    head = model.get_output_embeddings()
+    if type(head) is torch.nn.Linear:  # the same module and weight (tied ones stay tied)
+        head.__class__ = FusedHead
     return kernels
+
+
+class FusedHead(torch.nn.Linear):
+    """An output head (``lm_head``) whose forward is nn.Linear's and whose per-token
+    log-probs (``logprobs``, what pods.models.logprobs.head_logprobs asks of it) are
+    liger-kernel's fused linear cross-entropy. ``use_kernels`` makes a model's head one."""
+
+    def logprobs(self, states: Tensor, targets: Tensor, temperature: float) -> Tensor:
+        """[T] float32 log-probs of ``targets`` [T] from the final hidden states [T, H]."""
+        return liger_logprobs(states, targets, self, temperature)
 
 
 def liger_logprobs(states: Tensor, targets: Tensor, head: torch.nn.Module,

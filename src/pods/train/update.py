@@ -38,7 +38,6 @@ class UpdateSpec:
     max_new_tokens: int  # the constant normaliser's budget
     cast: WeightCast | None = None  # --weight-cast step: the bf16 copy the passes run on
     # (autocast off inside the update); None: the model itself, under the caller's autocast
-    kernels: str = "torch"  # "liger": the head's log-probs by liger-kernel (pods.models.kernels)
 
 
 def _micro_batches(batch_size: int, micro: int | None) -> list[slice]:
@@ -46,27 +45,25 @@ def _micro_batches(batch_size: int, micro: int | None) -> list[slice]:
     return [slice(i, i + micro) for i in range(0, batch_size, micro)]
 
 
-def _logprobs(model, batch: Rollouts, part: slice, temperature: float,
-              kernels: str = "torch") -> Tensor:
+def _logprobs(model, batch: Rollouts, part: slice, temperature: float) -> Tensor:
     return completion_logprobs(model, batch.prompt_ids[part], batch.prompt_mask[part],
                                batch.completion_ids[part], batch.completion_mask[part],
-                               temperature, kernels)  # [b, Lc]
+                               temperature)  # [b, Lc]
 
 
 @torch.no_grad()
-def _frozen_logprobs(model, batch: Rollouts, parts: list[slice], temperature: float,
-                     kernels: str = "torch") -> Tensor:
-    return torch.cat([_logprobs(model, batch, part, temperature, kernels) for part in parts])
+def _frozen_logprobs(model, batch: Rollouts, parts: list[slice], temperature: float) -> Tensor:
+    return torch.cat([_logprobs(model, batch, part, temperature) for part in parts])
 
 
 def _reference_logprobs(model, ref_model, batch: Rollouts, parts: list[slice],
-                        temperature: float, kernels: str) -> Tensor:
+                        temperature: float) -> Tensor:
     """The reference policy's log-probs: a frozen copy, or with LoRA the base model itself
     (adapter disabled), so that no second copy of the weights is held in memory."""
     if ref_model is not None:
-        return _frozen_logprobs(ref_model, batch, parts, temperature, kernels)
+        return _frozen_logprobs(ref_model, batch, parts, temperature)
     with model.disable_adapter():
-        return _frozen_logprobs(model, batch, parts, temperature, kernels)
+        return _frozen_logprobs(model, batch, parts, temperature)
 
 
 def _parts(model, batch: Rollouts, optim: OptimConfig, dist: Dist) -> tuple[list[slice], dict]:
@@ -137,21 +134,21 @@ def _update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
     batch, advantages = kept.rows, kept.advantages
     optim, loss_cfg, temperature = spec.optim, spec.loss, spec.temperature
     loss_fn = PolicyLoss(loss_cfg.clip_eps, loss_cfg.clip_eps_high, loss_cfg.beta, loss_cfg.norm)
-    mode, cap, cast, kernels = loss_cfg.is_correction, loss_cfg.is_cap, spec.cast, spec.kernels
+    mode, cap, cast = loss_cfg.is_correction, loss_cfg.is_cap, spec.cast
     base = dist.unwrap(model)  # no-grad passes and the LoRA switch skip the engine wrapper
     trained = base if cast is None else cast.module  # the module the passes run through
     forward = model if cast is None else cast.module  # with DDP's wrapper where it has one
     parts, chosen = _parts(trained, batch, optim, dist)
     mask = batch.completion_mask.float()  # [B, Lc]
     engine = _engine_logprobs(batch, mode)  # [B, Lc] or None
-    frozen = _frozen_logprobs(trained, batch, parts, temperature, kernels) \
+    frozen = _frozen_logprobs(trained, batch, parts, temperature) \
         if optim.num_iterations > 1 or drops_tokens(mode) else None  # [B, Lc] the
     # trainer's log-probs at the sampling weights, before any step
     old = frozen if optim.num_iterations > 1 else None  # None: logp.detach(), ratio 1
     keep = is_weights(frozen, engine, mask, mode, cap).keep if drops_tokens(mode) \
         else mask  # [B, Lc] the tokens in the loss
     normalizer = _normalizer(mask, keep, kept.kept, spec, dist)
-    ref = _reference_logprobs(base, ref_model, batch, parts, temperature, kernels) \
+    ref = _reference_logprobs(base, ref_model, batch, parts, temperature) \
         if loss_cfg.beta > 0 else None  # [B, Lc]
     totals: dict[str, float] = {}
     gap, is_sums = dict.fromkeys(GAP_KEYS, 0.0), {}  # summed over the first pass's parts
@@ -164,7 +161,7 @@ def _update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
         # micro-batch waits for the one before it (a host sync per part on a GPU)
         for i, part in enumerate(parts):
             with dist.no_sync(model, last=i == len(parts) - 1):
-                logp = _logprobs(forward, batch, part, temperature, kernels)  # [b, Lc]
+                logp = _logprobs(forward, batch, part, temperature)  # [b, Lc]
                 adv = advantages[part]  # [b]
                 first = {}  # the first pass's gap and correction sums of this part
                 if iteration == 0 and engine is not None:  # still the sampling policy
@@ -288,7 +285,7 @@ def with_compute(spec: UpdateSpec, model, ref_model, cast: bool, kernels: str,
     copy = WeightCast(model) if cast else None
     trained = copy.module if copy is not None else \
         model.get_base_model() if hasattr(model, "peft_config") else model  # LoRA: its base
-    kernels = use_kernels(trained, kernels, strict)
+    kernels = use_kernels(trained, kernels, strict)  # its head a FusedHead with liger
     if ref_model is not None:
         use_kernels(ref_model, kernels, strict)
-    return replace(spec, cast=copy, kernels=kernels)
+    return replace(spec, cast=copy)
