@@ -9,6 +9,7 @@ from pods.config import LossConfig, OptimConfig
 from pods.models.logprobs import completion_logprobs
 from pods.models.precision import autocast
 from pods.models.weight_cast import WeightCast
+from pods.models.weight_cast import checkpointed as recomputes
 from pods.rollout import Rollouts
 from pods.runs.metrics import read_metrics
 from pods.train.run import train
@@ -155,3 +156,16 @@ def test_the_engine_samples_what_the_update_computes_so_the_gap_is_float_noise(
                            mixed_precision="bf16", device="cpu", weight_cast=cast))
         gaps[cast] = read_metrics(run / "metrics.jsonl", "step")[0]["rollout/logprob_gap"]
     assert gaps["step"] < 1e-5 < 1e-4 < gaps["matmul"], gaps
+
+
+def test_a_checkpointed_models_copy_recomputes_and_hands_over_the_same_gradients(
+        tiny_model_dir):
+    plain, checkpointed = _model(tiny_model_dir), _model(tiny_model_dir)
+    checkpointed.gradient_checkpointing_enable()
+    for model in (plain, checkpointed):
+        model.train()
+        cast = WeightCast(model)
+        assert recomputes(cast.module) == (model is checkpointed)
+        completion_logprobs(cast.module, *_rows(model), 1.0).sum().backward()
+    for (name, a), b in zip(plain.named_parameters(), checkpointed.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-2, atol=1e-3, msg=name)

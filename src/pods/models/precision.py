@@ -53,7 +53,9 @@ class Precision:
 
     @property
     def update(self) -> str:
-        """"bf16" or "no": autocast around the update's forward passes (not under FSDP2)."""
+        """"bf16" or "no": what the update computes in, outside FSDP2: the trainer opens
+        autocast for it, which the update turns off again where it runs on the bf16 copy
+        (``cast`` "step", pods.train.update)."""
         return "no" if self.sharded else self.mixed
 
     @property
