@@ -149,7 +149,7 @@ def test_the_budget_table_gives_every_section_a_share_and_budget_changes_one():
 def test_the_check_measures_the_architectures_in_the_gpu_default_precision(monkeypatch):
     """bf16 compute on a GPU with bf16, as a user's model gets it (not the embedded model's
     float32, which plain ModelConfig() would plan for)."""
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
     for name in gpucommon.ARCHITECTURES:
         precision = update.default_precision(name, torch.device("cuda"))
         assert (precision.weights, precision.update) == (torch.float32, "bf16")

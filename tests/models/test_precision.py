@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from pods.config import ModelConfig, from_dict
-from pods.models.policy import add_lora, load_policy
+from pods.models import policy as policy_module
+from pods.models.policy import add_lora, load_policy, load_saved_policy
 from pods.models.precision import lost_share, plan, resolve_mixed_precision, weights_dtype
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
@@ -22,16 +23,37 @@ def a_model(**options) -> ModelConfig:
 
 @pytest.fixture
 def bf16_gpu(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
 
 
 def test_the_default_on_a_bf16_gpu_is_float32_weights_and_bf16_compute(bf16_gpu):
     p = plan(a_model(), CUDA)
     assert p.weights == torch.float32  # never bfloat16 by default: updates would round away
     assert (p.mixed, p.update, p.sampling, p.shards) == ("bf16", "bf16", torch.bfloat16, None)
+    assert (p.cast, p.reference) == ("step", torch.bfloat16)  # a bf16 copy, cast once a step
     assert p.describe() == "weights float32 (AdamW's master copy), update computes in " \
-                           "bfloat16 (autocast)"
+                           "bfloat16 (a copy cast once a step)"
     assert p.short == "float32 weights, bfloat16 compute"
+    old = plan(a_model(weight_cast="matmul"), CUDA)
+    assert (old.cast, old.reference) == ("matmul", torch.float32)  # autocast casts both alike
+    assert old.describe().endswith("bfloat16 (autocast)")
+
+
+def test_the_weight_cast_applies_only_to_bf16_compute_over_float32_weights(bf16_gpu):
+    assert plan(a_model(), CPU).cast == "matmul"  # float32 compute: nothing to cast
+    assert plan(a_model(mixed_precision="bf16"), CPU).cast == "step"
+    assert plan(a_model(), CUDA, sharded=True).cast == "matmul"  # FSDP2's policy casts
+    assert plan(a_model(lora_rank=4), CUDA).cast == "matmul"  # a bf16 base, float32 adapters
+    assert plan(a_model(dtype="bfloat16"), CUDA).cast == "matmul"  # bf16 weights already
+
+
+def test_a_gpu_that_only_emulates_bf16_computes_in_float32(monkeypatch):
+    """torch.cuda.is_bf16_supported() counts emulation by default (a T4, a V100)."""
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                        lambda including_emulation=True: including_emulation)
+    p = plan(a_model(), CUDA)
+    assert (p.weights, p.mixed, p.sampling) == (torch.float32, "no", None)
+    assert weights_dtype(a_model(lora_rank=4), CUDA) == torch.float32
 
 
 def test_the_default_on_a_cpu_is_float32_through_and_through():
@@ -41,7 +63,7 @@ def test_the_default_on_a_cpu_is_float32_through_and_through():
 
 
 def test_a_gpu_without_bf16_computes_in_float32(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
     p = plan(a_model(), CUDA)
     assert (p.weights, p.mixed) == (torch.float32, "no")
 
@@ -60,6 +82,15 @@ def test_fsdp2_keeps_float32_shards_and_gathers_them_in_bf16(bf16_gpu):
     assert p.short == "float32 weights, bfloat16 compute"
     assert plan(a_model(dtype="bfloat16"), CPU, sharded=True).shards == torch.bfloat16
     assert plan(a_model(), CPU, sharded=True).shards is None  # CPU: float32 compute
+
+
+def test_fsdp2_keeps_float32_shards_of_float16_weights_and_gathers_them_in_float16():
+    """The shards are float32 masters for every dtype, as the lost-update warning (not
+    given under FSDP2) assumes; float16 weights compute in float16."""
+    p = plan(a_model(dtype="float16"), CPU, sharded=True)
+    assert p.shards == torch.float16
+    assert p.describe() == "weights float32 (AdamW's master copy), update computes in " \
+                           "float16 (FSDP2 policy)"
 
 
 def test_bf16_weights_only_by_choice(bf16_gpu):
@@ -129,3 +160,22 @@ def test_the_benchmark_prints_its_table(tiny_model_dir):
     assert rows["bf16, exact updates"][2] == "14.0 |"  # 2 + 2 + 2 (low bits) + 8
     plain = [float(cell.rstrip("%")) for cell in rows["bf16, plain AdamW"][:2]]
     assert plain[0] < 50 < plain[1]  # lr 1e-6 mostly lost; 1e-2 mostly kept
+
+
+def test_a_lora_checkpoint_loads_its_base_in_the_dtype_training_used(bf16_gpu, tmp_path,
+                                                                     monkeypatch):
+    """Resume (Trainer._load_weights) and pods eval load a LoRA run's checkpoint with
+    load_saved_policy: its base must be bf16 on a GPU as in training, not float32."""
+    (tmp_path / "adapter_config.json").write_text("{}")
+    asked = []
+
+    def spy(name, device, options, log=print):
+        asked.append(weights_dtype(options, device))
+        raise RuntimeError("stop before loading")
+
+    monkeypatch.setattr(policy_module, "load_policy", spy)
+    lora = a_model(lora_rank=4)
+    for device, dtype in ((CUDA, torch.bfloat16), (CPU, torch.float32)):
+        with pytest.raises(RuntimeError, match="stop before loading"):
+            load_saved_policy(tmp_path, lora.name, device, lora)
+        assert asked.pop() == dtype

@@ -139,7 +139,7 @@ def test_one_default_step_moves_every_weight_where_bf16_weights_lose_nearly_all(
     from pods.train.optimizer import join, make_optimizer
 
     lr = 1e-6
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
     default = weights_dtype(ModelConfig(name="smollm2"), torch.device("cuda"))
     assert default == torch.float32
     ids = torch.randint(0, 49152, (2, 32), generator=torch.Generator().manual_seed(0))

@@ -20,6 +20,7 @@ from launch import ENV, assert_same_run, pods, saved_tensors, train_args
 from pods.cli.evaluate import EvalRequest, evaluate_path
 from pods.cli.export import export_checkpoint
 from pods.config import from_dict
+from pods.runs.metrics import read_metrics
 from pods.runtime import fsdp
 from pods.train.run import resume
 
@@ -87,6 +88,16 @@ def test_fsdp2_lora_matches_one_process_and_exports(tiny_model_dir, tmp_path):
     result = evaluate_path(EvalRequest(str(tmp_path / "fsdp"), repeats=1, temperature=0.0,
                                        size=4, device="cpu"))
     assert result["even_start"]["eval/problems"] == 4
+
+
+def test_fsdp2_shards_the_reference_and_computes_it_as_the_policy(tiny_model_dir, tmp_path):
+    """beta > 0 with bf16 compute: the reference is sharded and gathered in bf16 like the
+    policy, so at the first step (the same weights) the KL is exactly 0 (a float32
+    reference beside a bf16 policy made it about 1e-7)."""
+    pods(train_args(tiny_model_dir, tmp_path, "kl", max_steps=1, beta=0.04,
+                    mixed_precision="bf16", **FIELDS), procs=2)
+    step = read_metrics(tmp_path / "kl" / "metrics.jsonl", "step")[0]
+    assert step["loss/kl"] == 0.0 and step["optim/skipped"] == 0
 
 
 @pytest.mark.parametrize("mode", ["synced", "unsynced"])

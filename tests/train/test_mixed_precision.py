@@ -167,7 +167,8 @@ def test_auto_is_bf16_only_where_the_cpu_computes_it_natively(monkeypatch, suppo
 
 @pytest.mark.parametrize("supported, expected", [(True, "bf16"), (False, "no")])
 def test_auto_on_a_gpu_follows_its_bf16_support(monkeypatch, supported, expected):
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: supported)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                        lambda including_emulation=True: supported)
     assert resolve_mixed_precision("auto", torch.device("cuda")) == expected
 
 

@@ -107,3 +107,45 @@ def test_the_warning_measures_what_plain_16_bit_weights_would_lose():
     # at a large lr even bf16 keeps most updates: the share is measured, not assumed
     big = float(lost_updates_warning(bf16, 1e-2, exact_bf16=False).split("%")[0]) / 100
     assert big < 0.01
+
+
+def _bits(*patterns: int) -> torch.Tensor:
+    """float32 tensors of the given bit patterns (0xFFC00000 and above as negative int32)."""
+    signed = [p - (1 << 32) if p >= 1 << 31 else p for p in patterns]
+    return torch.tensor(signed, dtype=torch.int32).view(torch.float32)
+
+
+def test_a_nan_master_stays_nan_and_inf_stays_inf():
+    """(bits + 0x8000) >> 16 wraps CUDA's canonical NaN 0x7FFFFFFF to 0x8000 (bf16 -0.0)
+    and rounds a small-payload NaN (0x7F800001) to inf: every NaN must stay a NaN."""
+    nans = _bits(0x7FFFFFFF, 0x7FC00000, 0xFFC00000, 0xFFFFFFFF, 0x7F800001, 0xFF800001,
+                 0x7F808000, 0x7FFF8000)
+    upper, low = split(nans)
+    assert bool(upper.isnan().all()), upper.view(torch.int16)
+    assert bool(join(upper, low).isnan().all())
+    infs = _bits(0x7F800000, 0xFF800000)
+    upper, low = split(infs)
+    assert upper.tolist() == [float("inf"), float("-inf")]
+    assert torch.equal(join(upper, low).view(torch.int32), infs.view(torch.int32))
+
+
+def test_resuming_from_torch_adamws_state_rebuilds_the_low_bits_as_zero():
+    """A bf16 run's checkpoint of torch's AdamW (no "low") loads into SplitAdamW: the bf16
+    weight becomes the master, the moments float32, and the load says so once."""
+    w0 = _weights((32, 16))
+    plain_p = torch.nn.Parameter(w0.clone())
+    plain = torch.optim.AdamW([plain_p], lr=LR)
+    for g in _grads(w0.shape, 3):
+        plain_p.grad = g
+        plain.step()
+    p = torch.nn.Parameter(plain_p.detach().clone())
+    exact = SplitAdamW([p], lr=LR)
+    with pytest.warns(UserWarning, match="no low bits for 1 bfloat16 weights") as caught:
+        exact.load_state_dict(plain.state_dict())
+    assert len(caught) == 1
+    state = exact.state[p]
+    assert torch.equal(state["low"], torch.zeros_like(p, dtype=torch.int16))
+    assert state["exp_avg"].dtype == state["exp_avg_sq"].dtype == torch.float32
+    p.grad = next(_grads(w0.shape, 1))
+    exact.step()  # no KeyError 'low'
+    assert int(state["step"]) == 4 and (p.detach() != plain_p.detach()).any()

@@ -315,8 +315,9 @@ IS_KEYS = ("loss/is_weight_mean", "loss/is_masked_frac", "loss/is_capped_frac")
 def test_a_corrected_run_logs_the_gap_and_what_the_correction_did(tiny_model_dir, tmp_path):
     """is_correction token_mask on the hf engine: every step logs the gap's tail and the
     correction's keys. In float32 the engine's log-probs are the trainer's (float noise),
-    so nothing is masked and the weights are 1; under bf16 mixed precision the engine
-    samples from a bf16 copy and the gap is real. Without a correction only the gap."""
+    so nothing is masked and the weights are 1; under bf16 autocast (--weight-cast matmul)
+    the engine samples from a bf16 copy and the gap is real. Without a correction only the
+    gap."""
     run = train(config(tiny_model_dir, tmp_path, is_correction="token_mask", run_name="f32"))
     steps = read_metrics(run / "metrics.jsonl", "step")
     for step in steps:
@@ -327,7 +328,7 @@ def test_a_corrected_run_logs_the_gap_and_what_the_correction_did(tiny_model_dir
     start, end = weights(tiny_model_dir), weights(run / "checkpoints" / "step_000002" / "model")
     assert any(not torch.equal(start[k], end[k]) for k in start)
     bf16 = train(config(tiny_model_dir, tmp_path, is_correction="sequence_truncate",
-                        mixed_precision="bf16", run_name="bf16"))
+                        mixed_precision="bf16", weight_cast="matmul", run_name="bf16"))
     step = read_metrics(bf16 / "metrics.jsonl", "step")[0]
     assert step["rollout/logprob_gap"] > 1e-4 and step["rollout/logprob_kl_k3"] > 0
     assert step["loss/is_weight_mean"] != 1.0

@@ -41,7 +41,8 @@ def update(model, batch, advantages, ref=None, kept=None, **fields):
     count the normaliser divides by, as rank_batch gives it."""
     optim = OptimConfig(**{"max_grad_norm": 0.0, **{k: v for k, v in fields.items()
                                                     if k in ("num_iterations",
-                                                             "micro_batch_size")}})
+                                                             "micro_batch_size",
+                                                             "max_grad_norm")}})
     loss = LossConfig(**{k: v for k, v in fields.items()
                          if k in ("beta", "norm", "is_correction", "is_cap")})
     sgd = torch.optim.SGD(model.parameters(), lr=1.0)
@@ -287,3 +288,21 @@ def test_no_metric_is_read_between_the_micro_batches(monkeypatch, mode):
     first, last = events.index("forward"), len(events) - events[::-1].index("forward")
     assert events.count("forward") == 3 and "read" not in events[first:last]
     assert stats["rollout/logprob_gap"] > 0 and "loss/loss" in stats
+
+
+@pytest.mark.parametrize("max_grad_norm", [1.0, 0.0])
+def test_a_non_finite_gradient_skips_the_step_and_says_so(max_grad_norm):
+    """One NaN in a gradient would make AdamW's weights NaN (and SplitAdamW's bf16 ones
+    whatever the NaN's pattern becomes): the step is skipped, with a warning and
+    ``optim/nonfinite_grad``; with clipping off too. A finite step has no such key."""
+    batch = rollouts([[0], [1]], [[1], [1]])
+    model = Bigram([0.0, 0.0])
+    model.theta.register_hook(lambda grad: grad * float("nan"))
+    with pytest.warns(RuntimeWarning, match="optimizer step skipped .* norm is nan"):
+        stats = update(model, batch, [1.0, -1.0], max_grad_norm=max_grad_norm,
+                       num_iterations=2)
+    assert stats["optim/nonfinite_grad"] == 2.0  # both iterations' steps
+    assert model.theta.tolist() == [0.0, 0.0] and model.theta.grad is None
+    finite = Bigram([0.0, 0.0])
+    assert "optim/nonfinite_grad" not in update(finite, batch, [1.0, -1.0])
+    assert finite.theta.tolist() != [0.0, 0.0]

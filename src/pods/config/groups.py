@@ -9,6 +9,7 @@ together, is in ``pods.config.train``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from pods.config.fields import (
     CodeReward,
@@ -19,6 +20,9 @@ from pods.config.fields import (
     group_field,
     leaf,
 )
+
+WeightCast = Literal["step", "matmul"]  # pods.models.weight_cast
+UpdateKernels = Literal["auto", "liger", "torch"]  # pods.models.kernels
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,25 @@ class ModelConfig:
                                     "Comma-separated module names that get LoRA adapters.")
     gradient_checkpointing: bool = leaf(False, "Recompute activations in the backward pass "
                                         "(less memory, more time).")
+    weight_cast: WeightCast = leaf(
+        "step", "How an update that computes in bf16 over float32 weights gets its bf16 "
+        "weights (mixed precision bf16, one process or DDP, full fine-tuning). step: cast "
+        "once an optimizer step into a bf16 working copy, whose forward and backward passes "
+        "hand their gradients to the float32 weights (accumulated in float32 over the "
+        "micro-batches; the copy is the hf engine's bf16 sampling copy, or 2 bytes a "
+        "parameter more with the vllm engine; activations bf16 as in a bf16 "
+        "model, the log-softmax and loss float32); matmul: torch.autocast, which casts "
+        "every weight again at every matmul of every micro-batch and recompute (float32 "
+        "activations between the matmuls). Not used elsewhere (LoRA, FSDP2, float32 "
+        "compute).")
+    update_kernels: UpdateKernels = leaf(
+        "auto", "Kernels of the update's forward and backward passes. liger: liger-kernel's "
+        "fused linear log-probs (the output head and log-softmax a chunk at a time, no "
+        "logits kept) and its RMSNorm, SwiGLU and RoPE kernels on the trained model "
+        "(Llama, Qwen2, Mistral and the other architectures liger-kernel patches; needs a "
+        "CUDA GPU and pip install 'pods-rl[gpu]'); torch: transformers' modules and pods's "
+        "chunked head; auto: liger on a CUDA GPU where liger-kernel is installed, else "
+        "torch.")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from pods.models.kernels import FusedHead
+
 
 def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
                         completion_mask: Tensor, temperature: float) -> Tensor:
@@ -34,7 +36,9 @@ def completion_logprobs(model, prompt_ids: Tensor, prompt_mask: Tensor, completi
 
     ``model`` is a causal LM taking ``logits_to_keep`` (transformers), possibly wrapped
     (DDP's ``.module``, PEFT, FSDP2); with an output head the head is applied in chunks
-    (module docstring), else the model's logits are used as they come."""
+    (module docstring), or by liger-kernel's fused linear cross-entropy where the head is
+    a ``FusedHead`` (--update-kernels, pods.models.kernels), else the model's logits are
+    used as they come."""
     ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, Lp+Lc]
     attention = torch.cat([prompt_mask, completion_mask], dim=1)  # [B, Lp+Lc]
     positions = (attention.cumsum(1) - 1).clamp(min=0)  # as generate() numbers them
@@ -109,9 +113,13 @@ def head_logprobs(hidden: Tensor, completion_ids: Tensor, completion_mask: Tenso
                   head: torch.nn.Module, temperature: float) -> Tensor:
     """[B, Lc] log-probs from the final hidden states ``hidden`` [B, Lc, H] of the positions
     that predict ``completion_ids`` [B, Lc]: ``head`` on the unpadded tokens, a chunk at a
-    time, each chunk checkpointed when gradients are on; 0 at padding."""
+    time, each chunk checkpointed when gradients are on (a ``FusedHead``: liger's fused
+    kernel does both); 0 at padding."""
     where = completion_mask.bool()  # [B, Lc]
     states, targets = hidden[where], completion_ids[where]  # [T, H], [T]
+    if isinstance(head, FusedHead) and states.shape[0]:
+        out = hidden.new_zeros(where.shape, dtype=torch.float32)  # [B, Lc]
+        return out.masked_scatter(where, head.logprobs(states, targets, temperature))
     step = max(1, HEAD_CHUNK // _vocabulary(head))  # tokens per chunk
     parts = []
     for start in range(0, states.shape[0], step):

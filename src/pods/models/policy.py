@@ -65,8 +65,11 @@ def is_adapter(path: str | Path) -> bool:
 def load_saved_policy(path: str | Path, base: str, device: torch.device,
                       options: ModelConfig = DEFAULT_MODEL):
     """(model, tokenizer) of a checkpoint's model folder: full weights, or a LoRA adapter
-    put on ``base`` (the run's --model, with its ``options.gguf_file``)."""
+    put on ``base`` (the run's --model, with its ``options.gguf_file``). The weights take
+    the dtype the run trained them in (a LoRA run's frozen base: bfloat16 on a GPU with
+    bf16), chosen before the adapter is set aside."""
     path = Path(path)
+    options = replace(options, dtype=dtype_name(weights_dtype(options, device)))
     if not is_adapter(path):  # a plain safetensors folder, whatever the run's source was
         return load_policy(str(path), device,
                            replace(options, lora_rank=0, gguf_file=None))
@@ -74,3 +77,17 @@ def load_saved_policy(path: str | Path, base: str, device: torch.device,
 
     model, tokenizer = load_policy(base, device, replace(options, lora_rank=0))
     return PeftModel.from_pretrained(model, path).to(device), tokenizer
+
+
+def load_reference(model: str, device: torch.device, options: ModelConfig,
+                   dtype: torch.dtype):
+    """The frozen reference model of a full fine-tune with a KL term: the policy's source
+    in ``dtype`` (pods.models.precision.Precision.reference), in eval mode, no gradients."""
+    options = replace(options, dtype=dtype_name(dtype), gradient_checkpointing=False)
+    reference = load_policy(model, device, options, log=lambda *args: None)[0]
+    return reference.eval().requires_grad_(False)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``dtype`` as --dtype names it (torch.bfloat16: "bfloat16")."""
+    return str(dtype).removeprefix("torch.")

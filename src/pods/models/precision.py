@@ -4,8 +4,10 @@ By default (``--dtype auto``) the weights a run trains are float32 on every devi
 that updates of 1e-6 relative size are not rounded away (bfloat16 keeps 8 bits of
 mantissa: a weight of 1.0 moves only by steps of 2**-7; ``lost_share`` measures what a
 step would lose). On a GPU with bf16 the update and sampling compute in bfloat16
-(``--mixed-precision gpu``, the default): the update's forward passes run under
-``torch.autocast``, whose matmuls and attention run in bfloat16 (tensor cores; AVX-512 BF16
+(``--mixed-precision gpu``, the default): the update's forward and backward passes run on
+a bfloat16 copy of the weights cast once an optimizer step (``--weight-cast step``,
+pods.models.weight_cast), or under ``torch.autocast`` (``--weight-cast matmul``, and
+LoRA), whose matmuls and attention run in bfloat16 (tensor cores; AVX-512 BF16
 or AMX on CPUs with ``--mixed-precision auto`` or ``bf16``) while the log-softmax and the
 loss stay float32 (pods.models.logprobs upcasts the logits). The backward pass follows the
 forward's dtypes; gradients land in float32 on the weights. Under FSDP2 the same is FSDP's
@@ -19,6 +21,7 @@ generated token. The hf engine samples from a bfloat16 copy of the weights inste
 
 from __future__ import annotations
 
+import weakref
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -37,10 +40,22 @@ class Precision:
     mixed: str  # "bf16" or "no": --mixed-precision as this device runs it
     sharded: bool  # FSDP2: its mixed-precision policy computes, not autocast
     lora: bool  # the weights are a frozen base; the trained adapters are float32
+    cast: str = "matmul"  # "step": the update runs on a bf16 copy of the float32 weights
+    # cast once an optimizer step (pods.models.weight_cast); "matmul": autocast, if any
+
+    @property
+    def reference(self) -> torch.dtype:
+        """The dtype of the frozen reference model (beta > 0): bfloat16 where the update
+        runs on a bf16 copy (the reference then computes as the policy does at the same
+        weights, a KL of 0 at the start, in half the memory); else the weights' (under
+        autocast, or FSDP2's policy, it computes as the policy does)."""
+        return torch.bfloat16 if self.cast == "step" else self.weights
 
     @property
     def update(self) -> str:
-        """"bf16" or "no": autocast around the update's forward passes (not under FSDP2)."""
+        """"bf16" or "no": what the update computes in, outside FSDP2: the trainer opens
+        autocast for it, which the update turns off again where it runs on the bf16 copy
+        (``cast`` "step", pods.train.update)."""
         return "no" if self.sharded else self.mixed
 
     @property
@@ -50,9 +65,14 @@ class Precision:
 
     @property
     def shards(self) -> torch.dtype | None:
-        """FSDP2: the dtype the float32 shards are gathered in for compute; None: float32."""
-        bf16 = self.sharded and (self.mixed == "bf16" or self.weights == torch.bfloat16)
-        return torch.bfloat16 if bf16 else None
+        """FSDP2: the dtype the float32 shards are gathered in for compute (bfloat16 with
+        mixed precision bf16 or bf16 weights, float16 with float16 weights, whose shards
+        are float32 masters too); None: float32."""
+        if not self.sharded:
+            return None
+        if self.mixed == "bf16" or self.weights == torch.bfloat16:
+            return torch.bfloat16
+        return torch.float16 if self.weights == torch.float16 else None
 
     def describe(self, bf16_updates: str = "exact") -> str:
         """One line: the weights' dtype, how the optimizer keeps them, what the update
@@ -66,7 +86,8 @@ class Precision:
             kept = "exact updates: float32 master = weight + its low 16 bits"
         else:
             kept = "plain AdamW: updates below the weights' rounding step are lost"
-        how = " (FSDP2 policy)" if self.shards else " (autocast)" if compute != weights else ""
+        how = " (FSDP2 policy)" if self.shards else " (a copy cast once a step)" \
+            if self.cast == "step" else " (autocast)" if compute != weights else ""
         return f"weights {weights} ({kept}), update computes in {compute}{how}"
 
     @property
@@ -107,7 +128,10 @@ def plan(options: ModelConfig, device: torch.device, sharded: bool = False) -> P
     if name == "gpu" and options.name == "tiny":
         name = "no"
     mixed = resolve_mixed_precision(name, device, options.dtype)
-    return Precision(weights_dtype(options, device), mixed, sharded, options.lora_rank > 0)
+    weights, lora = weights_dtype(options, device), options.lora_rank > 0
+    copy = mixed == "bf16" and weights == torch.float32 and not (sharded or lora)
+    cast = "step" if copy and options.weight_cast == "step" else "matmul"
+    return Precision(weights, mixed, sharded, lora, cast)
 
 
 def weights_dtype(options: ModelConfig, device: torch.device) -> torch.dtype:
@@ -140,8 +164,10 @@ def resolve_mixed_precision(name: str, device: torch.device, dtype: str = "auto"
 
 
 def cuda_bf16(device: torch.device) -> bool:
-    """Whether ``device`` is a CUDA GPU that computes bfloat16."""
-    return device.type == "cuda" and torch.cuda.is_bf16_supported()
+    """Whether ``device`` is a CUDA GPU that computes bfloat16 natively (Ampere and later):
+    torch's check counts emulated bf16 by default, which a T4 or V100 runs far slower than
+    float32."""
+    return device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
 def lost_share(weights, lr: float) -> float:
@@ -171,19 +197,35 @@ def autocast(device: torch.device, mixed_precision: str):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model: {dtype: module}
+
+
+def copy_module(model, dtype: torch.dtype):
+    """A plain model of ``model``'s architecture in ``dtype`` on its device (no adapter; made
+    without gradients, in eval mode), one per model and dtype: the hf engine's sampling
+    copy (``SamplingCopy``) and the update's working copy (pods.models.weight_cast) are
+    the same module, so bf16 compute over float32 weights holds one bf16 copy of them.
+    Its weights are those of its last refresh (either's)."""
+    from transformers import AutoModelForCausalLM
+
+    copies = _COPIES.setdefault(model, {})
+    if dtype not in copies:
+        base = model.get_base_model() if hasattr(model, "peft_config") else model
+        with torch.device(next(base.parameters()).device):  # made where it runs
+            module = AutoModelForCausalLM.from_config(base.config, dtype=dtype)
+        module.generation_config = base.generation_config
+        copies[dtype] = module.requires_grad_(False).eval()
+    return copies[dtype]
+
+
 class SamplingCopy:
-    """A plain (no adapter, no grad) copy of ``model`` in ``dtype`` to generate from; a
-    LoRA adapter is merged into it (pods.models.merge), so sampling pays no adapter matmuls.
-    ``refresh`` copies the trainer's current weights in (0.03 s for SmolLM2-135M on 2 CPU cores)."""
+    """A plain (no adapter) copy of ``model`` in ``dtype`` to generate from (``copy_module``);
+    a LoRA adapter is merged into it (pods.models.merge), so sampling pays no adapter
+    matmuls. ``refresh`` copies the trainer's current weights in (0.03 s for SmolLM2-135M
+    on 2 CPU cores)."""
 
     def __init__(self, model, dtype: torch.dtype):
-        from transformers import AutoModelForCausalLM
-
-        base = model.get_base_model() if hasattr(model, "peft_config") else model
-        device = next(base.parameters()).device
-        self.module = AutoModelForCausalLM.from_config(base.config, dtype=dtype).to(device)
-        self.module.generation_config = base.generation_config
-        self.module.requires_grad_(False).eval()
+        self.module = copy_module(model, dtype)
         self.refresh(model)
 
     @torch.no_grad()

@@ -9,8 +9,9 @@ Every forward pass is therefore a collective: all ranks must make the same numbe
 are equal in number on every rank (pods.train.selection pads the ranks' batches).
 
 What was simplified: every rank loads the whole model before sharding it (no meta-device
-initialisation), so a model must fit in one process's memory once, at start-up; the frozen
-reference model of ``beta > 0`` (full fine-tuning) is not sharded.
+initialisation), so a model must fit in one process's memory once, at start-up. The frozen
+reference model of ``beta > 0`` (full fine-tuning) is sharded the same way
+(``shard_frozen``).
 """
 
 from __future__ import annotations
@@ -71,10 +72,23 @@ def shard(model, optimizer: torch.optim.Optimizer, device: torch.device, world: 
     """Shard ``model`` in place over ``world`` ranks and point ``optimizer`` (built on the
     unsharded parameters, no state yet) at the sharded ones.
 
-    ``compute`` bfloat16 (mixed precision bf16, the default on a GPU; or bf16 weights): the
-    shards are kept in float32 (the optimizer's master copy) and each forward pass gathers
-    them in bf16 (``MixedPrecisionPolicy``); gradients are reduced in float32. None: the
-    weights compute as stored."""
+    ``compute`` bfloat16 (mixed precision bf16, the default on a GPU; or bf16 weights) or
+    float16 (float16 weights): the shards are kept in float32 (the optimizer's master copy,
+    so no update is rounded away) and each forward pass gathers them in ``compute``
+    (``MixedPrecisionPolicy``); gradients are reduced in float32. None: the weights compute
+    as stored."""
+    names = {id(p): name for name, p in model.named_parameters()}
+    shard_frozen(model, device, world, compute)
+    sharded = dict(model.named_parameters())  # same names, now DTensors
+    for group in optimizer.param_groups:
+        group["params"] = [sharded[names[id(p)]] for p in group["params"]]
+
+
+def shard_frozen(model, device: torch.device, world: int,
+                 compute: torch.dtype | None = None) -> None:
+    """Shard ``model`` in place as ``shard`` does, with no optimizer: the frozen reference
+    model of ``beta > 0``, sharded and gathered in ``compute`` like the policy, so that it
+    computes what the policy computes at the same weights (a KL of 0 at the start)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -82,16 +96,12 @@ def shard(model, optimizer: torch.optim.Optimizer, device: torch.device, world: 
     if compute is not None:
         policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
         model.float()  # in place: parameters keep their identity
-    names = {id(p): name for name, p in model.named_parameters()}
     mesh = init_device_mesh(device.type, (world,))
     for layer in decoder_layers(model):
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     # The root too frees its gathered weights after each forward pass (torch keeps them by
     # default, for the backward): after generation and evaluation every rank holds shards.
     fully_shard(root(model), mesh=mesh, mp_policy=policy, reshard_after_forward=True)
-    sharded = dict(model.named_parameters())  # same names, now DTensors
-    for group in optimizer.param_groups:
-        group["params"] = [sharded[names[id(p)]] for p in group["params"]]
 
 
 @contextmanager

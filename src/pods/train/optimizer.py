@@ -29,21 +29,31 @@ multi-component floats of Collage (Yu et al., ICML 2024), for the weights only.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor
 
 from pods.runtime.speed import adamw
 
 HALF = 0x8000  # half of the low 16 bits: rounds the upper half to the nearest bf16
+QUIET = 0x0040  # bf16's quiet-NaN bit (the top bit of its 7-bit mantissa)
 
 
 def split(master: Tensor) -> tuple[Tensor, Tensor]:
     """A float32 tensor as (upper, low): its nearest bfloat16 (ties away from zero) and the
     signed 16-bit rest of its bit pattern, so that ``join(upper, low)`` is ``master``
-    bit for bit (integer arithmetic on the patterns; any finite float32)."""
+    bit for bit (integer arithmetic on the patterns; any finite float32, and +-inf).
+
+    A NaN stays a NaN: rounding its pattern would wrap (CUDA's 0x7FFFFFFF becomes 0x8000,
+    a bf16 -0.0) or drop a small payload (0x7F800001 would be inf), so a NaN's upper half
+    is its own top 16 bits with the quiet bit set, and its low bits 0 (the master is then
+    that quiet NaN; its payload is not kept)."""
     bits = master.view(torch.int32)
     upper = (bits + HALF) >> 16  # arithmetic shift: the rounded upper half, signed
-    low = bits - (upper << 16)  # in [-0x8000, 0x7fff]
+    nan = master.isnan()
+    upper = torch.where(nan, (bits >> 16) | QUIET, upper)
+    low = torch.where(nan, 0, bits - (upper << 16))  # in [-0x8000, 0x7fff]
     return upper.to(torch.int16).view(torch.bfloat16), low.to(torch.int16)
 
 
@@ -70,14 +80,29 @@ class SplitAdamW(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict) -> None:
         """As torch's, but the state keeps its dtypes: torch casts every floating
         parameter's state to the parameter's dtype, which would turn the low bits (int16)
-        and the float32 moments into bfloat16 and lose the master."""
+        and the float32 moments into bfloat16 and lose the master.
+
+        A state without low bits (torch's AdamW: a bf16 run from before exact updates, or
+        one with --bf16-updates plain) starts them at zero, so the bf16 weight is the
+        master from here on; its moments become float32. Said once, as a warning."""
         saved = state_dict["state"]
         super().load_state_dict(state_dict)
+        rebuilt = 0
         for theirs, ours in zip(state_dict["param_groups"], self.param_groups, strict=True):
             for index, p in zip(theirs["params"], ours["params"], strict=True):
                 for key, value in saved.get(index, {}).items():
                     if key != "step":  # torch keeps the step count on the CPU: leave it
-                        self.state[p][key] = value.to(p.device)
+                        dtype = torch.float32 if key.startswith("exp_avg") else value.dtype
+                        self.state[p][key] = value.to(p.device, dtype)
+                if index in saved and "low" not in saved[index]:
+                    self.state[p]["low"] = torch.zeros_like(p, dtype=torch.int16)
+                    rebuilt += 1
+        if rebuilt:
+            warnings.warn(f"the optimizer state holds no low bits for {rebuilt} bfloat16 "
+                          f"weights (torch's AdamW wrote it: --bf16-updates plain, or a "
+                          f"pods version before exact updates); their float32 masters start "
+                          f"as the bf16 weights, and keep every update from here on.",
+                          stacklevel=2)
 
     @torch.no_grad()
     def step(self, closure=None):

@@ -22,7 +22,8 @@ from pods.config import TrainConfig
 from pods.core.rollout_inputs import completion_lengths, rule_inputs
 from pods.core.selection import select
 from pods.evaluation import Sampling, eval_slice, evaluate
-from pods.models.policy import load_policy, load_saved_policy
+from pods.models.kernels import update_kernels
+from pods.models.policy import load_policy, load_reference, load_saved_policy
 from pods.models.precision import autocast, plan
 from pods.models.source import check_source
 from pods.rollout import EngineSpec, make_engine, resolve_engine, sample_keys
@@ -46,7 +47,7 @@ from pods.train.progress import Clock, over_ranks
 from pods.train.sampling import INPUT, Round, assemble, enough, varied
 from pods.train.schedule import budget_progress, lr_multiplier
 from pods.train.selection import Sampled, rank_batch, selection_spec
-from pods.train.update import UpdateSpec, policy_update
+from pods.train.update import UpdateSpec, policy_update, with_compute
 
 
 class Trainer:
@@ -71,6 +72,7 @@ class Trainer:
         self.precision = plan(config.model, self.device, self.dist.sharded)
         for line in self.precision.report(config.model, config.optim.bf16_updates, self.device):
             self.log(line)  # what it chose and why; a warning where bf16 is emulated
+        kernels = update_kernels(config.model.update_kernels, self.device, self.dist.sharded)
         torch.manual_seed(config.run.seed)
         keep_freed_memory()  # freed activations reused by the next update (pods.runtime.speed)
         resolve_engine(config.rollout, self.device, self.dist.sharded)  # fail early
@@ -104,17 +106,23 @@ class Trainer:
         self.select_gen = torch.Generator().manual_seed(config.run.seed)
         self.clock, self.step_count = Clock(), 0
         self.before_step, self.updating = None, False  # a step under way (failures)
-        self.update_spec = UpdateSpec(config.optim, config.loss, config.rollout.temperature,
-                                      config.rollout.max_new_tokens)
+        self.update_spec = with_compute(
+            UpdateSpec(config.optim, config.loss, config.rollout.temperature,
+                       config.rollout.max_new_tokens),
+            self.model, self.ref_model, self.precision.cast == "step", kernels,
+            strict=config.model.update_kernels == "liger")
 
     def _reference_model(self):
-        """The KL reference: a frozen copy of the start, or None (no KL, or LoRA, whose
-        reference is the base model with the adapter disabled)."""
+        """The KL reference: a frozen copy of the start in the policy's compute precision
+        (sharded like it under FSDP2), or None (no KL, or LoRA, whose reference is the base
+        model with the adapter disabled)."""
         cfg = self.cfg
         if cfg.loss.beta == 0 or cfg.model.lora_rank > 0:
             return None
-        return load_policy(cfg.model.name, self.device, cfg.model,
-                           log=silent)[0].eval()
+        ref = load_reference(cfg.model.name, self.device, cfg.model, self.precision.reference)
+        if self.dist.sharded:
+            fsdp.shard_frozen(ref, self.device, self.dist.world, self.precision.shards)
+        return ref
 
     def _optimizer(self) -> torch.optim.Optimizer:
         """AdamW over the trainable weights (pods.train.optimizer.run_optimizer)."""

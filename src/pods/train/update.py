@@ -9,6 +9,9 @@
 
 from __future__ import annotations
 
+import math
+import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -18,8 +21,10 @@ from pods.config.step import LossConfig, OptimConfig
 from pods.core.correction import drops_tokens, gap_sums, is_weights
 from pods.core.loss import PolicyLoss, loss_normalizer
 from pods.models.logprobs import completion_logprobs
+from pods.models.weight_cast import WeightCast
 from pods.rollout import Rollouts
 from pods.runtime.distributed import Dist
+from pods.train.micro_batch import auto_micro_batch
 from pods.train.selection import KeptBatch
 
 
@@ -31,6 +36,8 @@ class UpdateSpec:
     loss: LossConfig  # clipping, KL, normalisation
     temperature: float  # the sampling temperature: log-probs are taken at it
     max_new_tokens: int  # the constant normaliser's budget
+    cast: WeightCast | None = None  # --weight-cast step: the bf16 copy the passes run on
+    # (autocast off inside the update); None: the model itself, under the caller's autocast
 
 
 def _micro_batches(batch_size: int, micro: int | None) -> list[slice]:
@@ -59,6 +66,39 @@ def _reference_logprobs(model, ref_model, batch: Rollouts, parts: list[slice],
         return _frozen_logprobs(model, batch, parts, temperature)
 
 
+def _parts(model, batch: Rollouts, optim: OptimConfig, dist: Dist) -> tuple[list[slice], dict]:
+    """The micro-batches of ``batch`` and, where they were chosen from free device memory
+    (no --micro-batch-size, a CUDA GPU), ``optim/micro_batch_size`` (the same on every
+    rank: the smallest rank's choice)."""
+    B = batch.completion_ids.shape[0]
+    if optim.micro_batch_size is not None:
+        return _micro_batches(B, optim.micro_batch_size), {}
+    p = next(model.parameters())
+    compute = 2 if p.dtype in (torch.bfloat16, torch.float16) or \
+        torch.is_autocast_enabled(p.device.type) else 4  # bytes of an activation
+    width = batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
+    rows = auto_micro_batch(model, B, width, compute, p.device)
+    if rows is None:
+        return _micro_batches(B, None), {}
+    rows = int(-dist.reduce({"rows": -rows}, "max")["rows"])  # the smallest over ranks
+    return _micro_batches(B, rows), {"optim/micro_batch_size": float(rows)}
+
+
+def _step(optimizer, norm: float, iteration: int) -> bool:
+    """The optimizer's step, skipped where the gradients' global norm ``norm`` is not
+    finite (the same decision on every rank: the norm is over all of them): one NaN or
+    inf gradient would make every weight it reaches NaN. Whether it stepped."""
+    if math.isfinite(norm):
+        optimizer.step()
+        return True
+    warnings.warn(f"optimizer step skipped (iteration {iteration}): the gradient norm is "
+                  f"{norm}; a non-finite gradient would make the weights NaN "
+                  f"(optim/nonfinite_grad counts the skipped steps).", RuntimeWarning,
+                  stacklevel=3)
+    optimizer.zero_grad(set_to_none=True)
+    return False
+
+
 def policy_update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
                   dist: Dist | None = None) -> dict[str, float]:
     """``optim.num_iterations`` optimizer steps on ``kept`` (B rollouts, advantages [B]),
@@ -80,16 +120,28 @@ def policy_update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec
     ``kept.kept`` is the whole batch's number of kept rollouts over the ranks; rows beyond
     it are padding with a zero completion mask (``pods.train.selection.rank_batch``)."""
     dist = dist or Dist(world=1)
+    cast = spec.cast
+    if cast is not None:
+        cast.refresh()  # the bf16 copy of the weights this step starts from
+    with nullcontext() if cast is None else torch.autocast(
+            next(cast.module.parameters()).device.type, enabled=False):
+        return _update(model, ref_model, optimizer, kept, spec, dist)
+
+
+def _update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
+            dist: Dist) -> dict[str, float]:
+    """``policy_update``'s passes and steps, in the compute it set up."""
     batch, advantages = kept.rows, kept.advantages
     optim, loss_cfg, temperature = spec.optim, spec.loss, spec.temperature
     loss_fn = PolicyLoss(loss_cfg.clip_eps, loss_cfg.clip_eps_high, loss_cfg.beta, loss_cfg.norm)
-    mode, cap = loss_cfg.is_correction, loss_cfg.is_cap
+    mode, cap, cast = loss_cfg.is_correction, loss_cfg.is_cap, spec.cast
     base = dist.unwrap(model)  # no-grad passes and the LoRA switch skip the engine wrapper
-    B = advantages.shape[0]
-    parts = _micro_batches(B, optim.micro_batch_size)
+    trained = base if cast is None else cast.module  # the module the passes run through
+    forward = model if cast is None else cast.module  # with DDP's wrapper where it has one
+    parts, chosen = _parts(trained, batch, optim, dist)
     mask = batch.completion_mask.float()  # [B, Lc]
     engine = _engine_logprobs(batch, mode)  # [B, Lc] or None
-    frozen = _frozen_logprobs(base, batch, parts, temperature) \
+    frozen = _frozen_logprobs(trained, batch, parts, temperature) \
         if optim.num_iterations > 1 or drops_tokens(mode) else None  # [B, Lc] the
     # trainer's log-probs at the sampling weights, before any step
     old = frozen if optim.num_iterations > 1 else None  # None: logp.detach(), ratio 1
@@ -100,13 +152,16 @@ def policy_update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec
         if loss_cfg.beta > 0 else None  # [B, Lc]
     totals: dict[str, float] = {}
     gap, is_sums = dict.fromkeys(GAP_KEYS, 0.0), {}  # summed over the first pass's parts
+    skipped = 0  # optimizer steps skipped for a non-finite gradient norm
     for iteration in range(optim.num_iterations):
         optimizer.zero_grad(set_to_none=True)
+        if cast is not None and iteration > 0:
+            cast.refresh()  # the weights the last iteration's step made
         logged = []  # each part's metrics as tensors: read after the last backward, so no
         # micro-batch waits for the one before it (a host sync per part on a GPU)
         for i, part in enumerate(parts):
             with dist.no_sync(model, last=i == len(parts) - 1):
-                logp = _logprobs(model, batch, part, temperature)  # [b, Lc]
+                logp = _logprobs(forward, batch, part, temperature)  # [b, Lc]
                 adv = advantages[part]  # [b]
                 first = {}  # the first pass's gap and correction sums of this part
                 if iteration == 0 and engine is not None:  # still the sampling policy
@@ -131,11 +186,17 @@ def policy_update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec
             _add(totals, {"loss/loss": loss.item()}, 1.0)  # parts add up to the batch loss
             share = tokens.item() / kept_tokens  # token share
             _add(totals, stats.as_floats(), share)
+        if cast is not None and dist.world > 1:
+            cast.all_reduce(dist.world)  # DDP averages the gradients of its own passes only
+        # the global norm (clipping's, or unclipped: max inf) decides whether to step
+        norm = dist.clip_grad_norm(model, optim.max_grad_norm or math.inf).item()
         if optim.max_grad_norm > 0:
-            norm = dist.clip_grad_norm(model, optim.max_grad_norm)
-            _add(totals, {"loss/grad_norm": norm.item()}, 1.0)
-        optimizer.step()
+            _add(totals, {"loss/grad_norm": norm}, 1.0)
+        skipped += not _step(optimizer, norm, iteration)
     stats = dist.reduce({k: v / optim.num_iterations for k, v in totals.items()}, "mean")
+    stats.update(chosen)
+    if skipped:  # only on the steps that skipped, so the usual records keep their fields
+        stats["optim/nonfinite_grad"] = float(skipped)
     if engine is not None:
         stats.update(_gap_metrics(gap, dist))
     if is_sums:
@@ -208,3 +269,23 @@ def _is_metrics(sums: dict[str, float], dist: Dist) -> dict[str, float]:
 def _add(totals: dict[str, float], values: dict[str, float], weight: float) -> None:
     for k, v in values.items():
         totals[k] = totals.get(k, 0.0) + weight * v
+
+
+def with_compute(spec: UpdateSpec, model, ref_model, cast: bool, kernels: str,
+                 strict: bool = False) -> UpdateSpec:
+    """``spec`` with the run's update compute: a bf16 working copy of ``model`` where
+    ``cast`` (Precision.cast "step"), and ``kernels`` ("liger": liger's kernels put on the
+    module the passes run through and on ``ref_model``; an architecture liger does not
+    patch is refused where ``strict``, --update-kernels liger, else computes with torch's:
+    pods.models.kernels)."""
+    from dataclasses import replace
+
+    from pods.models.kernels import use_kernels
+
+    copy = WeightCast(model) if cast else None
+    trained = copy.module if copy is not None else \
+        model.get_base_model() if hasattr(model, "peft_config") else model  # LoRA: its base
+    kernels = use_kernels(trained, kernels, strict)  # its head a FusedHead with liger
+    if ref_model is not None:
+        use_kernels(ref_model, kernels, strict)
+    return replace(spec, cast=copy)

@@ -1,0 +1,160 @@
+"""--update-kernels: which kernels an update runs (liger-kernel on a CUDA GPU where it is
+installed, else torch's), the errors of a "liger" that cannot run, and on a GPU with Triton
+and liger-kernel, the liger path against the chunked head (skipped elsewhere)."""
+
+import importlib.util
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from pods.models import kernels
+from pods.models.kernels import INSTALL, update_kernels, use_kernels
+from pods.models.logprobs import completion_logprobs
+from pods.train.trainer import Trainer
+from runs import config
+
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+
+
+@pytest.fixture
+def liger(monkeypatch):
+    monkeypatch.setattr(kernels, "liger_installed", lambda: True)
+
+
+def test_auto_is_liger_on_a_cuda_gpu_with_it_installed_and_torch_elsewhere(liger):
+    assert update_kernels("auto", CUDA) == "liger"
+    assert update_kernels("auto", CPU) == "torch"  # Triton's kernels need a GPU
+    assert update_kernels("auto", CUDA, sharded=True) == "torch"  # FSDP2 shards the head
+    assert update_kernels("torch", CUDA) == "torch" and update_kernels("liger", CUDA) == "liger"
+
+
+def test_auto_without_liger_installed_is_torch(monkeypatch):
+    monkeypatch.setattr(kernels, "liger_installed", lambda: False)
+    assert update_kernels("auto", CUDA) == "torch"
+
+
+@pytest.mark.parametrize("installed, device, sharded, message", [
+    (True, CPU, False, "need a CUDA GPU and this run is on cpu"),
+    (False, CUDA, False, "liger-kernel is not installed; " + INSTALL),
+    (True, CUDA, True, "FSDP2 shards it"),
+])
+def test_liger_where_it_cannot_run_is_refused_with_what_to_do(monkeypatch, installed, device,
+                                                              sharded, message):
+    monkeypatch.setattr(kernels, "liger_installed", lambda: installed)
+    with pytest.raises(ValueError, match="--update-kernels liger cannot run here") as error:
+        update_kernels("liger", device, sharded)
+    assert message in str(error.value) and "--update-kernels auto" in str(error.value)
+
+
+def test_a_run_asking_liger_on_a_cpu_fails_before_the_model_loads(tiny_model_dir, tmp_path,
+                                                                  monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr("pods.train.trainer.load_policy", never)
+    with pytest.raises(ValueError, match="need a CUDA GPU"):
+        Trainer(config(tiny_model_dir, tmp_path, update_kernels="liger", device="cpu"))
+
+
+def test_torch_kernels_leave_the_model_as_it_is(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    before = {name: type(m) for name, m in model.named_modules()}
+    assert use_kernels(model, "torch") == "torch"
+    assert {name: type(m) for name, m in model.named_modules()} == before
+
+
+def test_a_fused_head_scatters_its_token_logprobs_into_the_rows(tiny_model_dir, monkeypatch):
+    """head_logprobs asks a FusedHead for its log-probs, here with liger's kernel replaced
+    by the same arithmetic in torch (Triton does not run here): the [B, Lc] result,
+    padding 0, equals the chunked head's, and its gradient reaches the weights."""
+    def same_math(states, targets, head, temperature):  # what liger's kernel computes
+        logits = torch.nn.functional.linear(states, head.weight).float() / temperature
+        return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+
+    monkeypatch.setattr(kernels, "liger_logprobs", same_math)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    ids = torch.randint(3, model.config.vocab_size, (3, 7))  # [B, L]
+    mask = torch.ones_like(ids)
+    mask[2, 5:] = 0
+    args = (model, ids[:, :3], mask[:, :3], ids[:, 3:], mask[:, 3:], 0.7)
+    chunked = completion_logprobs(*args)
+    model.get_output_embeddings().__class__ = kernels.FusedHead  # as use_kernels makes it
+    fused = completion_logprobs(*args)
+    torch.testing.assert_close(fused, chunked, rtol=0, atol=1e-6)
+    assert fused[2, 2:].eq(0).all()
+    fused.sum().backward()
+    assert model.get_output_embeddings().weight.grad.abs().sum() > 0
+
+
+GPU_LIGER = torch.cuda.is_available() and importlib.util.find_spec("triton") is not None \
+    and importlib.util.find_spec("liger_kernel") is not None
+
+
+@pytest.mark.skipif(not GPU_LIGER, reason="needs a CUDA GPU with Triton and liger-kernel "
+                                          "(pip install 'pods-rl[gpu]')")
+def test_liger_matches_the_chunked_head_within_bf16_tolerance(tiny_model_dir):
+    """Log-probs, a loss and its gradients by liger's kernels (RMSNorm, SwiGLU, RoPE and
+    the fused linear log-probs) against transformers' modules and the chunked head, on a
+    bf16 model on the GPU."""
+    def run(kind: str):
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+        model = model.to(CUDA)
+        use_kernels(model, kind)
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.randint(3, model.config.vocab_size, (4, 40), generator=gen).to(CUDA)
+        mask = torch.ones_like(ids)
+        mask[1, 30:] = 0
+        logp = completion_logprobs(model, ids[:, :8], mask[:, :8], ids[:, 8:], mask[:, 8:],
+                                   0.9)  # [B, Lc]
+        assert isinstance(model.get_output_embeddings(), kernels.FusedHead) == \
+            (kind == "liger")
+        loss = -(logp * mask[:, 8:]).sum() / mask[:, 8:].sum()
+        loss.backward()
+        return logp.detach(), loss.detach(), {n: p.grad.float() for n, p in
+                                              model.named_parameters()}
+
+    logp_t, loss_t, grads_t = run("torch")  # first: liger's RoPE patches transformers' module
+    logp, loss, grads = run("liger")
+    torch.testing.assert_close(logp, logp_t, rtol=0, atol=5e-2)
+    torch.testing.assert_close(loss, loss_t, rtol=2e-2, atol=1e-2)
+    for name, g in grads.items():
+        assert float((g - grads_t[name]).norm() / grads_t[name].norm()) < 0.05, name
+
+
+
+@pytest.fixture
+def patch_table(monkeypatch):
+    """liger-kernel's table of architectures (MODEL_TYPE_TO_APPLY_LIGER_FN) as given, in
+    place of the package (not installed here; its kernels need a GPU)."""
+    import sys
+    import types
+
+    def install(table):
+        for name in ("liger_kernel", "liger_kernel.transformers"):
+            monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+        module = types.ModuleType("liger_kernel.transformers.monkey_patch")
+        module.MODEL_TYPE_TO_APPLY_LIGER_FN = table
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    return install
+
+
+def test_liger_patches_the_instance_without_its_fused_loss(tiny_model_dir, patch_table):
+    calls = []
+    patch_table({"qwen2": lambda **kwargs: calls.append(kwargs)})
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)  # a Qwen2
+    assert use_kernels(model, "liger") == "liger"
+    assert calls == [dict(model=model, rope=True, rms_norm=True, swiglu=True,
+                          cross_entropy=False, fused_linear_cross_entropy=False)]
+    head = model.get_output_embeddings()
+    assert isinstance(head, kernels.FusedHead)  # its log-probs by liger's fused kernel
+    assert head.weight is model.get_input_embeddings().weight  # still tied
+
+
+def test_an_architecture_liger_does_not_patch_is_torch_under_auto_and_refused_if_asked(
+        tiny_model_dir, patch_table):
+    patch_table({"llama": lambda **kwargs: None})
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)  # a Qwen2
+    assert use_kernels(model, "liger", strict=False) == "torch"
+    with pytest.raises(ValueError, match="no kernels for the 'qwen2' architecture"):
+        use_kernels(model, "liger", strict=True)
