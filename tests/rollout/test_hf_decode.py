@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pods.rollout import SamplingRequest, generate, sample_keys
-from pods.rollout.decode import CHECK_EVERY, DecodeLoop, compile_cache
+from pods.rollout.decode import CHECK_EVERY, DecodeLoop, Decoding, compile_cache
 from pods.rollout.hf_decode import StaticDecoding, bucket_width
 
 PROMPTS = ["1+2=", "10+20=", "5+5=", "123+4=", "99999+1=", "7="]  # 2 to 8 tokens
@@ -86,7 +86,7 @@ def test_the_loop_stops_soon_after_every_row_has_ended(noisy):
     with torch.no_grad():
         first = model(input_ids=ids).logits[:, -1].argmax(-1)  # [2]
     assert first[0] == first[1]
-    loop = DecodeLoop(model, 2, ids.shape[1], 40, tokenizer.pad_token_id, int(first[0]))
+    loop = DecodeLoop(model, 2, ids.shape[1], Decoding(40, tokenizer.pad_token_id, int(first[0])))
     steps = []
     step = loop.step
     loop.step = lambda: (steps.append(1), step())
@@ -103,10 +103,9 @@ def test_a_step_is_one_graph_and_greedy_shares_it(noisy):
     model, tokenizer = noisy
     enc = tokenizer(PROMPTS[:4], return_tensors="pt", padding=True)
     ids, mask, keys = enc["input_ids"], enc["attention_mask"], torch.arange(4)
-    eager = DecodeLoop(model, 4, ids.shape[1], 6, tokenizer.pad_token_id,
-                       tokenizer.eos_token_id)
-    traced = DecodeLoop(model, 4, ids.shape[1], 6, tokenizer.pad_token_id,
-                        tokenizer.eos_token_id)
+    how = Decoding(6, tokenizer.pad_token_id, tokenizer.eos_token_id)
+    eager = DecodeLoop(model, 4, ids.shape[1], how)
+    traced = DecodeLoop(model, 4, ids.shape[1], how)
     torch._dynamo.reset()
     counters.clear()
     traced.step = torch.compile(traced._step, backend="eager", fullgraph=True, dynamic=False)

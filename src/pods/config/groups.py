@@ -9,7 +9,6 @@ together, is in ``pods.config.train``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from pods.config.fields import (
     CodeReward,
@@ -17,12 +16,11 @@ from pods.config.fields import (
     MixedPrecision,
     Parallelism,
     RewardErrors,
+    UpdateKernels,
+    WeightCast,
     group_field,
     leaf,
 )
-
-WeightCast = Literal["step", "matmul"]  # pods.models.weight_cast
-UpdateKernels = Literal["auto", "liger", "torch"]  # pods.models.kernels
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,19 @@ def empty_static_cache(model, columns: int):
     return StaticCache(config=model.config.get_text_config(decoder=True), max_cache_len=columns)
 
 
+@dataclass(frozen=True)
+class Decoding:
+    """What a call decodes: at most ``new`` tokens a row, sampled at ``temperature`` (0:
+    greedy), padded with ``pad_id`` after ``eos_id``; ``synced``: under FSDP every forward
+    pass is a collective, so all ranks keep stepping until the last one is done."""
+
+    new: int
+    pad_id: int
+    eos_id: int
+    temperature: float = 0.0
+    synced: bool = False
+
+
 @dataclass
 class Buffers:
     """What one shape's step reads and writes, allocated once (rows B, cache columns L =
@@ -99,13 +112,16 @@ class Buffers:
 
 class DecodeLoop:
     """Decoding at one shape: ``rows`` rows, prompts of ``width`` columns (left-padded),
-    ``new`` tokens at most, on a static cache of ``width + new - 1`` columns, kept (with
-    its buffers and its compiled step) across calls. ``compiled``: the step compiled by
-    torch.compile (mode reduce-overhead: CUDA graphs), as on a CUDA GPU."""
+    ``decoding.new`` tokens at most, on a static cache of ``width + new - 1`` columns, kept
+    (with its buffers and its compiled step) across calls at any temperature (given to
+    ``run``). ``compiled``: the step compiled by torch.compile (mode reduce-overhead: CUDA
+    graphs), as on a CUDA GPU."""
 
-    def __init__(self, model, rows: int, width: int, new: int, pad_id: int, eos_id: int,
+    def __init__(self, model, rows: int, width: int, decoding: Decoding,
                  compiled: bool = False):
-        self.model, self.width, self.pad_id, self.eos_id = model, width, pad_id, eos_id
+        new = decoding.new
+        self.model, self.width = model, width
+        self.pad_id, self.eos_id = decoding.pad_id, decoding.eos_id
         self.cache_keyword = cache_keyword()
         device = next(model.parameters()).device
         self.cache = empty_static_cache(model, width + new - 1)

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from pods.rollout.base import EngineSpec, ModelOwnedEngine, Rollouts, encode_prompts, finish
+from pods.rollout.decode import Decoding
 from pods.rollout.hf_decode import StaticDecoding, fixed_shape, run_generate
 from pods.rollout.sampling import rollout_keys
 
@@ -102,6 +103,7 @@ def generate(model, tokenizer, request: SamplingRequest, chunk: int, synced: boo
                                              device)  # [P*n, Lp] each
     keys = torch.randint(0, 2**31, (len(r.prompts),)) if r.keys is None else r.keys  # [P]
     row_keys = rollout_keys(keys, r.n).to(device)  # [P*n]
+    how = Decoding(r.max_new_tokens, pad_id, eos_id, r.temperature, synced)
     total = prompt_ids.shape[0]
     pieces = []  # (completions [b, Lc], log-probs [b, Lc] or None) per chunk
     for start in range(0, total, chunk):
@@ -109,13 +111,11 @@ def generate(model, tokenizer, request: SamplingRequest, chunk: int, synced: boo
         ids, mask, part_keys = prompt_ids[part], prompt_mask[part], row_keys[part]
         rows = ids.shape[0]
         if static is None:
-            completion, logprobs = run_generate(model, ids, mask, part_keys, r.temperature,
-                                                r.max_new_tokens, pad_id, eos_id, synced)
+            completion, logprobs = run_generate(model, ids, mask, part_keys, how)
         else:  # every chunk of this call at the shape of the first
             ids, mask, part_keys = fixed_shape(ids, mask, part_keys, min(chunk, total),
                                                static.width(prompt_ids.shape[1]), pad_id)
-            completion, logprobs = static.chunk(model, ids, mask, part_keys, r.temperature,
-                                                r.max_new_tokens, pad_id, eos_id)
+            completion, logprobs = static.chunk(model, ids, mask, part_keys, how)
         pieces.append((completion[:rows], None if logprobs is None else logprobs[:rows]))
     width = max(c.shape[1] for c, _ in pieces)
 

@@ -18,31 +18,35 @@ import torch
 from torch import Tensor
 
 from pods.config.fields import HF_DECODES
-from pods.rollout.decode import DecodeLoop, cache_keyword, compile_cache, empty_static_cache
+from pods.rollout.decode import (
+    DecodeLoop,
+    Decoding,
+    cache_keyword,
+    compile_cache,
+    empty_static_cache,
+)
 from pods.rollout.sampling import KeyedSampler
 
 BUCKET = 64  # prompt widths of the static path are multiples of it
 
 
-def run_generate(model, ids: Tensor, mask: Tensor, keys: Tensor, temperature: float,
-                 new: int, pad_id: int, eos_id: int, synced: bool = False,
+def run_generate(model, ids: Tensor, mask: Tensor, keys: Tensor, how: Decoding,
                  cache=None) -> tuple[Tensor, Tensor | None]:
     """transformers' ``generate`` on prompts ids, mask [b, Lp] with row keys [b]: the
     completions [b, Lc] (padding after eos) and their log-probs [b, Lc] (None when greedy,
     as vLLM gives none). ``cache``: a static cache to decode on (emptied first); None: the
-    dynamic cache. ``synced``: under FSDP every forward pass is a collective, so all ranks
-    keep stepping until the last one is done."""
+    dynamic cache."""
     # Greedy over the keyed sampler's scores is sampling from softmax(logits / T): no
     # top-k/top-p/repetition penalty (a model's generation_config may set them), or the
     # log-probs of the update would not be those of the sampling policy.
-    sampler = KeyedSampler(keys, temperature) if temperature > 0 else None
+    sampler = KeyedSampler(keys, how.temperature) if how.temperature > 0 else None
     extra = {}
     if cache is not None:
         cache.reset()
         extra[cache_keyword()] = cache
-    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
-                         pad_token_id=pad_id, eos_token_id=eos_id, do_sample=False,
-                         repetition_penalty=1.0, synced_gpus=synced,
+    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=how.new,
+                         pad_token_id=how.pad_id, eos_token_id=how.eos_id, do_sample=False,
+                         repetition_penalty=1.0, synced_gpus=how.synced,
                          logits_processor=[] if sampler is None else [sampler], **extra)
     completion = out[:, ids.shape[1]:]  # [b, Lc]
     return completion, None if sampler is None else \
@@ -90,22 +94,20 @@ class StaticDecoding:
         """The prompt columns of a call whose longest prompt has ``longest`` tokens."""
         return bucket_width(longest, self.limit)
 
-    def chunk(self, model, ids: Tensor, mask: Tensor, keys: Tensor, temperature: float,
-              new: int, pad_id: int, eos_id: int) -> tuple[Tensor, Tensor | None]:
+    def chunk(self, model, ids: Tensor, mask: Tensor, keys: Tensor,
+              how: Decoding) -> tuple[Tensor, Tensor | None]:
         """As ``run_generate``, for prompts already at a fixed shape [rows, width]."""
         rows, width = ids.shape
         cuda = ids.device.type == "cuda"
         if cuda:  # where the loop or generate compiles: kernels kept in the pods cache
             compile_cache()
-        shape = (self.decode, rows, width, new, next(model.parameters()).dtype)
+        shape = (self.decode, rows, width, how.new, next(model.parameters()).dtype)
         if self.decode == "generate":
-            cache = self._kept(shape, lambda: empty_static_cache(model, width + new - 1))
-            return run_generate(model, ids, mask, keys, temperature, new, pad_id, eos_id,
-                                cache=cache)
-        loop = self._kept(shape, lambda: DecodeLoop(model, rows, width, new, pad_id, eos_id,
-                                                     compiled=cuda))
-        completion, logprobs = loop.run(ids, mask, keys, temperature)
-        return completion, logprobs if temperature > 0 else None
+            cache = self._kept(shape, lambda: empty_static_cache(model, width + how.new - 1))
+            return run_generate(model, ids, mask, keys, how, cache=cache)
+        loop = self._kept(shape, lambda: DecodeLoop(model, rows, width, how, compiled=cuda))
+        completion, logprobs = loop.run(ids, mask, keys, how.temperature)
+        return completion, logprobs if how.temperature > 0 else None
 
     def _kept(self, shape: tuple, build):
         if shape not in self.kept:
