@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 TINY = ["--max-time", "none", "--prompts-per-step", "2", "--n", "4", "--m", "2",
-        "--eval-size", "8", "--max-new-tokens", "4", "--progress", "false"]
+        "--eval-size", "8", "--max-new-tokens", "4", "--progress", "false",
+        "--recipe", "embedded"]  # the small test models train as the embedded one
 
 
 def pods(*args: str) -> subprocess.CompletedProcess:
@@ -55,7 +56,8 @@ def test_eval_ends_with_its_table(trained_run):
 
 def test_eval_a_plain_model(tiny_model_dir):
     result = pods("eval", tiny_model_dir, "--task", "arithmetic", "--eval-size", "4",
-                  "--repeats", "1", "--eval-temperature", "0", "--json")
+                  "--repeats", "1", "--eval-temperature", "0", "--max-new-tokens", "8",
+                  "--json")
     assert result.returncode == 0, result.stderr
     metrics = json.loads(result.stdout[result.stdout.index("{"):])
     assert metrics["arithmetic"]["eval/problems"] == 4
@@ -152,7 +154,7 @@ def test_a_raising_user_reward_stops_with_one_line_and_a_checkpoint(tiny_model_d
         [sys.executable, "-m", "pods", "train", "--model", tiny_model_dir, "--task", "custom",
          "--data-file", str(data), "--reward-fn", "flaky_reward:score", "--eval-size", "2",
          "--max-steps", "3", "--out-dir", str(tmp_path), "--run-name", "r", *TINY[:8],
-         "--max-new-tokens", "4", "--progress", "false"],
+         "--max-new-tokens", "4", "--progress", "false", "--recipe", "embedded"],
         capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     error = [line for line in done.stderr.splitlines() if line.startswith("pods train: error")]

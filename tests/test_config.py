@@ -254,7 +254,7 @@ def test_fixed_choices_are_written_once_as_literal_types():
               "selection": SCOPES, "reward_errors": fields.REWARD_ERRORS,
               "code_reward": fields.CODE_REWARDS, "loss_norm": NORMS, "adv_scale": SCALES,
               "is_correction": CORRECTIONS, "bf16_updates": fields.BF16_UPDATES,
-              "hf_compile": fields.SWITCHES}
+              "hf_compile": fields.SWITCHES, "recipe": fields.RECIPES}
     for key, names in tuples.items():
         assert typing.get_origin(LEAVES[key].hint) is typing.Literal, key
         assert LEAVES[key].choices == names and LEAVES[key].kind == "str", key

@@ -45,6 +45,7 @@ class Dist:
     def __init__(self, device: str = "auto", timeout_s: float = 1800.0,
                  world: int | None = None, parallelism: str = "ddp"):
         self.world = launched_world_size() if world is None else world
+        resolve_device(device)  # a device this machine lacks fails here, before any load
         self.accelerator, self.fsdp2 = None, False
         self.model = self.optimizer = None  # under FSDP2: the sharded ones
         if self.world == 1:
