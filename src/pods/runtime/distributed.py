@@ -45,7 +45,6 @@ class Dist:
     def __init__(self, device: str = "auto", timeout_s: float = 1800.0,
                  world: int | None = None, parallelism: str = "ddp"):
         self.world = launched_world_size() if world is None else world
-        resolve_device(device)  # a device this machine lacks fails here, before any load
         self.accelerator, self.fsdp2 = None, False
         self.model = self.optimizer = None  # under FSDP2: the sharded ones
         if self.world == 1:
@@ -59,6 +58,7 @@ class Dist:
             raise ValueError(f"device={device!r} names one device, but this run has "
                              f"{self.world} processes, each placed by the launcher; use "
                              f"--device auto (or cpu).")
+        resolve_device(device)  # cuda asked of a torch without it fails here, before any load
         self.accelerator = Accelerator(cpu=cpu, kwargs_handlers=[
             InitProcessGroupKwargs(timeout=timedelta(seconds=timeout_s))])
         self.rank, self.device = self.accelerator.process_index, self.accelerator.device
