@@ -31,7 +31,7 @@ from pathlib import Path
 
 FLAGS = ["--max-time", "none", "--prompts-per-step", "2", "--n", "4", "--m", "2",
          "--eval-size", "8", "--max-new-tokens", "4", "--progress", "false",
-         "--eval-every", "1.0", "--lr", "1e-2"]
+         "--eval-every", "1.0", "--lr", "1e-2", "--recipe", "embedded"]
 RESUMED = re.compile(r"resuming .* from (step_\d+) \(step (\d+),")
 
 

@@ -180,7 +180,8 @@ def update_rows(folder: str, sizes: list[int], repeats: int) -> list[dict]:
     from pods.rollout import Rollouts
     from pods.runtime.speed import adamw, keep_freed_memory
 
-    cfg = from_dict({"model": folder, "task": "wordproblems", "max_new_tokens": NEW})
+    cfg = from_dict({"model": folder, "task": "wordproblems", "max_new_tokens": NEW,
+                     "recipe": "embedded"})  # the settings it was measured with
     keep_freed_memory()  # as pods train does (pods.runtime.speed)
     out = []
     for mixed in ("no", "bf16"):

@@ -49,13 +49,13 @@ case "$1" in
   train|compare)
     extra="{cheap}"
     case " $* " in *" --resume "*) extra="${{extra/--max-steps 2/--max-steps 4}}";;
-      *" --model "*) ;; *) extra="$extra --model {model}";; esac
+      *" --model "*) ;; *) extra="$extra --model {model} --recipe embedded";; esac
     exec "{python}" -m pods "$@" $extra;;
   eval) exec "{python}" -m pods "$@" {cheap_eval};;
   plan)
     extra="--prompts 2 --samples 4 --rows 1,2"
-    case " $* " in *" --model "*) ;; *) extra="$extra --model {model} --task arithmetic";;
-    esac
+    case " $* " in *" --model "*) ;;
+      *) extra="$extra --model {model} --task arithmetic --recipe embedded";; esac
     exec "{python}" -m pods "$@" $extra;;
   check)
     args=("$@"); for i in "${{!args[@]}}"; do

@@ -54,7 +54,7 @@ def train_args(model_dir, out, name, **fields) -> list[str]:
     base = dict(model=model_dir, task="even_start", prompts_per_step=4, n=6, m=3,
                 max_new_tokens=4, max_time="none", eval_every=1e9, eval_size=8,
                 checkpoint_every=1e9, lr=2e-3, lr_schedule="constant", out_dir=out,
-                run_name=name, progress="false")
+                run_name=name, progress="false", recipe="embedded")
     args = ["train"]
     for key, value in {**base, **fields}.items():
         args += [f"--{key.replace('_', '-')}", str(value)]

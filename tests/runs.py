@@ -7,10 +7,13 @@ from pods.config import TrainConfig, from_dict
 
 
 def config(model_dir, tmp_path, **overrides) -> TrainConfig:
+    # recipe embedded: the small test models train as the embedded one does (not as a
+    # language model: 512 tokens, P=1, ...)
     base = dict(model=model_dir, task="even_start", prompts_per_step=3, n=6, m=2, max_new_tokens=4,
                 max_steps=2, max_time=None, eval_every=1e9, eval_size=12,
                 checkpoint_every=1e9, out_dir=str(tmp_path), run_name="run", progress=False,
-                lr=1e-2, lr_schedule="constant")  # budgets vary between a test's runs
+                lr=1e-2, lr_schedule="constant",  # budgets vary between a test's runs
+                recipe="embedded")
     return from_dict({**base, **overrides})
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 TINY = ["--max-time", "none", "--prompts-per-step", "2", "--n", "4", "--m", "2",
-        "--eval-size", "8", "--max-new-tokens", "4", "--progress", "false"]
+        "--eval-size", "8", "--max-new-tokens", "4", "--progress", "false",
+        "--recipe", "embedded"]  # the small test models train as the embedded one
 
 
 def pods(*args: str) -> subprocess.CompletedProcess:
@@ -55,7 +56,8 @@ def test_eval_ends_with_its_table(trained_run):
 
 def test_eval_a_plain_model(tiny_model_dir):
     result = pods("eval", tiny_model_dir, "--task", "arithmetic", "--eval-size", "4",
-                  "--repeats", "1", "--eval-temperature", "0", "--json")
+                  "--repeats", "1", "--eval-temperature", "0", "--max-new-tokens", "8",
+                  "--json")
     assert result.returncode == 0, result.stderr
     metrics = json.loads(result.stdout[result.stdout.index("{"):])
     assert metrics["arithmetic"]["eval/problems"] == 4
@@ -152,7 +154,7 @@ def test_a_raising_user_reward_stops_with_one_line_and_a_checkpoint(tiny_model_d
         [sys.executable, "-m", "pods", "train", "--model", tiny_model_dir, "--task", "custom",
          "--data-file", str(data), "--reward-fn", "flaky_reward:score", "--eval-size", "2",
          "--max-steps", "3", "--out-dir", str(tmp_path), "--run-name", "r", *TINY[:8],
-         "--max-new-tokens", "4", "--progress", "false"],
+         "--max-new-tokens", "4", "--progress", "false", "--recipe", "embedded"],
         capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     error = [line for line in done.stderr.splitlines() if line.startswith("pods train: error")]
@@ -293,3 +295,90 @@ def test_without_the_train_extra_help_works_and_train_names_the_extra(tmp_path):
     assert done.stderr.strip().splitlines() == [
         "pods train: error: transformers is not installed; `pip install 'pods-rl[train]'` "
         "brings it (the core install has the config, the CLI and the math of pods.core)."]
+
+
+def _refused(argv: list[str], capsys) -> str:
+    """stderr of `pods ARGV` run in this process, which must exit with status 2."""
+    from pods.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse's own refusals
+        code = exit_.code
+    assert code == 2
+    return " ".join(capsys.readouterr().err.split())
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    def load(*args, **kwargs):
+        raise AssertionError("a model loaded")
+
+    monkeypatch.setattr("pods.train.trainer.load_policy", load)
+    monkeypatch.setattr("pods.models.policy.load_policy", load)
+
+
+def test_help_lists_every_command_and_check_and_plan_show_defaults():
+    from pods.cli import _parser
+
+    parser = _parser()
+    first = parser.description.splitlines()[0]
+    assert all(name in first for name in parser.commands), first
+    check, plan = (" ".join(parser.commands[c].format_help().split()) for c in ("check", "plan"))
+    assert "Train a few steps in every mode this machine can run" in check
+    assert "optimizer steps per mode (default: 3)" in check
+    assert "Measure the base model's pass rate" in plan
+    assert "training prompts sampled (default: 16)" in plan
+
+
+def test_a_mistyped_or_foreign_flag_names_the_flag_meant(capsys):
+    assert "unrecognized arguments: --lrr 3; --lrr: did you mean --lr?" in \
+        _refused(["train", "--lrr", "3"], capsys)
+    assert "--learning-rate: pods calls it --lr; --learning-rate is a TRL or verl name" in \
+        _refused(["train", "--learning-rate", "1e-6"], capsys)
+    said = _refused(["plan", "--num-generations=8", "--max-completion-length", "9"], capsys)
+    assert "--num-generations: pods calls it --n (rollouts generated per prompt" in said
+    assert "--max-completion-length: pods calls it --max-new-tokens" in said
+
+
+def test_yaml_with_trl_names_or_a_nested_block_says_what_pods_calls_it(tmp_path, capsys):
+    config = tmp_path / "trl.yaml"
+    config.write_text("n: 8\nlearning_rate: 1.0e-6\n")
+    assert f"{config}, line 2: unknown field 'learning_rate'; pods calls it 'lr'" in \
+        _refused(["train", "--config", str(config)], capsys)
+    config.write_text("model: tiny\nrollout:\n  n: 8\n  temprature: 0.9\n")
+    assert f"{config}, line 2: 'rollout' holds a nested block, but pods configs are flat: " \
+           "one `key: value` per line at the top level, with no group names. Write n at the " \
+           "top level instead. Unknown inside it: temprature (did you mean 'temperature'?)" \
+        in _refused(["train", "--config", str(config)], capsys)
+
+
+def test_device_mistakes_fail_before_the_model_loads(tmp_path, capsys, monkeypatch,
+                                                     no_model_loads):
+    said = _refused(["train", "--device", "cdua", "--out-dir", str(tmp_path)], capsys)
+    assert "pods train: error: unknown device 'cdua'; pods runs on auto, cpu, cuda" in said
+    monkeypatch.setattr("torch.version.cuda", None)  # this CPU build of torch, anywhere
+    monkeypatch.setattr("torch.version.hip", None)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    said = _refused(["train", "--device", "cuda", "--out-dir", str(tmp_path)], capsys)
+    assert "--device cuda needs a CUDA build of torch" in said and "pip install torch" in said
+    assert "Traceback" not in said and list(tmp_path.iterdir()) == []
+
+
+def test_float16_is_refused_for_a_full_fine_tune(tmp_path, capsys, no_model_loads):
+    said = _refused(["train", "--dtype", "float16", "--out-dir", str(tmp_path)], capsys)
+    assert "dtype float16 for a full fine-tune: float16's range (6e-8 to 65504) is too " \
+           "narrow for training without loss scaling" in said
+    assert "use --dtype bfloat16" in said and "would not move" not in said
+    from pods.config import from_dict
+
+    assert from_dict({"dtype": "float16", "lora_rank": 8}).model.dtype == "float16"  # LoRA
+
+
+def test_eval_of_a_path_that_does_not_exist_fails_at_once(tmp_path, capsys, monkeypatch,
+                                                          no_model_loads):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    for path in ("runs/none", "out/model", "./gone", "../gone"):
+        said = _refused(["eval", path, "--task", "gsm8k"], capsys)
+        assert f"pods eval: error: the model path {path} does not exist" in said

@@ -139,3 +139,48 @@ def test_gpu_setup_config_is_pinned_and_matches_its_name(path):
     assert cfg.n > cfg.m and cfg.rule == "max_variance" and cfg.micro_batch_size == cfg.m
     assert cfg.lora_rank == 0 and cfg.lr <= 1e-6 and cfg.gradient_checkpointing
     assert cfg.max_steps is None and cfg.max_time > 0 and cfg.eval_size is None
+
+
+# Every shipped config resolved by the code of 2026-11-28, before models other than the
+# embedded one got the language-model recipe: the field defaults once, then each config's
+# (each comparison variant's, at seed 0) values that differ from them. It also holds the
+# configs added beside this change on the main line (configs/gpu/, *_gpu_fast, ...),
+# resolved by that code: a checkout without them skips their entries.
+RESOLVED = Path(__file__).parent / "fixtures" / "shipped_configs.json"
+
+
+def _resolved_now() -> dict[str, dict]:
+    found = {}
+    for path in sorted(CONFIGS.rglob("*.yaml")):
+        if path.parent.name == "accelerate":
+            continue
+        name = str(path.relative_to(CONFIGS))
+        if "compare" in path.name:
+            spec = load_spec(path)
+            for variant in spec.variants:
+                found[f"{name}:{variant}"] = spec.config(variant, 0).to_dict()
+        else:
+            found[name] = from_dict(load_yaml(path)).to_dict()
+    return found
+
+
+def test_every_shipped_config_resolves_as_it_did():
+    """The published figures stay reproducible: no shipped config (nor a comparison's
+    variant) changes a value when the defaults do (configs pin what they rely on)."""
+    import json
+
+    pinned = json.loads(RESOLVED.read_text())
+    defaults = pinned.pop("field defaults (2026-11-28)")
+    now = _resolved_now()
+    assert sorted(set(now) - set(pinned)) == []  # a new shipped config is pinned here too
+    for name, values in now.items():
+        expected = {**defaults, **pinned[name]}
+        changed = {key: (value, values[key]) for key, value in expected.items()
+                   if values[key] != value}
+        assert changed == {}, f"{name} resolves differently now (was, now): {changed}"
+
+
+def test_the_gpu_recipe_says_it_is_written_for_a_gpu():
+    for path in GPU_SHOWCASE:
+        assert from_dict(load_yaml(path)).run.written_for_gpu, path
+    assert not any(from_dict(load_yaml(path)).run.written_for_gpu for path in SHOWCASE)

@@ -14,8 +14,10 @@ Policy (what counts, what runs, how `pods train` stays cheap):
   pods`` that keeps ``pods train`` and ``pods compare`` small: it appends ``--max-steps 2
   --eval-size 16 --progress false`` (``--max-steps 4`` to a ``--resume``, so that the
   resumed run has steps left) and, unless the command names a model or resumes, ``--model``
-  with the test suite's untrained tiny Qwen2 (no warm-up). Flags override config files and
-  comparison specs, so the same command, config and code path run, with a small budget.
+  with the test suite's untrained tiny Qwen2 (no warm-up) and ``--recipe embedded`` (it
+  stands in for the embedded model, so it trains with the embedded recipe). Flags override
+  config files and comparison specs, so the same command, config and code path run, with a
+  small budget.
   ``pods check --model tiny`` gets the same untrained model (and the arithmetic task) in
   place of the shipped embedded one, as every example's ``pods train`` does; so does ``pods
   plan`` (unless it names a model), measured on 2 prompts x 4 rollouts.

@@ -102,8 +102,12 @@ def _cell(text: str, code: bool = False) -> str:
     return f"<code>{text}</code>" if code else text
 
 
-def reference_markdown(cls: type) -> str:
-    """Markdown tables, one per group: key, CLI flag, type, default, help."""
+def reference_markdown(cls: type, recipe: dict[str, str] | None = None) -> str:
+    """Markdown tables, one per group: key, CLI flag, type, default, help; with ``recipe``
+    (key -> the language-model recipe's value, where it differs from the default) a
+    column of those values after the default."""
+    if recipe is not None:
+        return _with_recipe_column(reference_markdown(cls), recipe)
     out = []
     for path, help_text, group_rows in groups(cls):
         if path:
@@ -119,26 +123,52 @@ def reference_markdown(cls: type) -> str:
     return "\n".join(out)
 
 
-def with_reference(markdown: str, cls: type) -> str:
+def _with_recipe_column(markdown: str, recipe: dict[str, str]) -> str:
+    """The tables of ``markdown`` with a "language models" column after the default."""
+    out = []
+    for line in markdown.splitlines():
+        if line.startswith("| YAML key |"):
+            line = line.replace("| default |", "| default (embedded model) | language models |")
+        elif line.startswith("|---|"):
+            line += "---|"
+        elif line.startswith("| <code>"):
+            key = html.unescape(line.split("<code>", 1)[1].split("</code>", 1)[0])
+            cells = line.split(" | ")  # key, flag, type, default, help (escaped: no " | ")
+            value = recipe.get(key)
+            cells.insert(4, _cell(value, code=True) if value else "")
+            line = " | ".join(cells)
+        out.append(line)
+    return "\n".join(out) + ("\n" if markdown.endswith("\n") else "")
+
+
+def with_reference(markdown: str, cls: type, recipe: dict[str, str] | None = None) -> str:
     """``markdown`` with the text between the markers made the reference of ``cls``."""
     if MARKER not in markdown:
         return markdown
     head, rest = markdown.split(MARKER, 1)
     tail = rest.split(END, 1)[1] if END in rest else "\n"
-    return f"{head}{MARKER}\n{reference_markdown(cls)}{END}{tail}"
+    return f"{head}{MARKER}\n{reference_markdown(cls, recipe)}{END}{tail}"
+
+
+def pods_reference(markdown: str) -> str:
+    """``markdown`` with pods's reference: TrainConfig, and the language-model recipe's
+    values (pods.config.recipes) beside the defaults (the embedded model's)."""
+    from pods.config import TrainConfig, describe_fields
+
+    recipe = {row["key"]: row["language_model"] for row in describe_fields()
+              if row["language_model"] is not None}
+    return with_reference(markdown, TrainConfig, recipe)
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
     """MkDocs event: the page's reference made current."""
     if MARKER not in markdown:
         return markdown
-    from pods.config import TrainConfig
-
-    return with_reference(markdown, TrainConfig)
+    return pods_reference(markdown)
 
 
 if __name__ == "__main__":  # rewrite docs/configuration.md's reference in place
     from pods.config import TrainConfig
 
-    PAGE.write_text(with_reference(PAGE.read_text(), TrainConfig))
+    PAGE.write_text(pods_reference(PAGE.read_text()))
     print(f"wrote the reference of {len(rows(TrainConfig))} fields into {PAGE}")

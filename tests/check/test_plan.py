@@ -91,7 +91,8 @@ def test_bad_candidates_and_samples_say_what_to_write():
 
 def test_plan_on_the_embedded_model(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "plan.json"
-    assert main(["plan", "--model", tiny_model_dir, "--task", "arithmetic", "--device", "cpu",
+    assert main(["plan", "--model", tiny_model_dir, "--recipe", "embedded", "--task",
+                 "arithmetic", "--device", "cpu",
                  "--candidates", "1x8/2,2x8/4", "--prompts", "4", "--samples", "6",
                  "--rows", "1,3", "--json", str(out)]) == 0
     printed = capsys.readouterr().out

@@ -21,7 +21,8 @@ def test_a_vllm_run_on_the_model_trains_and_checkpoints(offline, tmp_path, monke
             "--mixed-precision", "auto", "--vllm-seeded", "false", "--n", "4", "--m", "2",
             "--prompts-per-step", "1", "--max-new-tokens", "16", "--eval-size", "4",
             "--eval-every", "1e9", "--checkpoint-every", "1e9", "--device", "cpu",
-            "--progress", "false", "--out-dir", str(tmp_path), "--run-name", "run"]
+            "--progress", "false", "--out-dir", str(tmp_path), "--run-name", "run",
+            "--recipe", "embedded"]
     assert main(["train", *args, "--max-steps", "2"]) == 0  # in process: one compile
     run = tmp_path / "run"
     steps = read_metrics(run / "metrics.jsonl", "step")

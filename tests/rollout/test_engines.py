@@ -67,7 +67,7 @@ def test_the_vllm_engine_is_sized_for_prompt_and_completion(monkeypatch, tmp_pat
     monkeypatch.setattr(pods.rollout.vllm, "VLLMEngine", Engine)
     cfg = from_dict(dict(model=tiny_model_dir, engine="vllm", max_prompt_tokens=100,
                          max_new_tokens=28, gen_batch_size=64, seed=3, device="cpu",
-                         out_dir=str(tmp_path)))
+                         recipe="embedded", out_dir=str(tmp_path)))
     with pytest.raises(RuntimeError, match="sized"):
         Trainer(cfg)
     spec = seen["spec"]
@@ -104,7 +104,7 @@ def test_a_new_engine_is_one_registry_entry(monkeypatch, tmp_path, tiny_model_di
         build=build, check=lambda options, device, sharded: checked.append(device.type)))
     assert engine_names() == ("auto", "hf", "vllm", "hf8")
     cfg = from_dict(dict(model=tiny_model_dir, engine="hf8", max_prompt_tokens=100,
-                         max_new_tokens=8, prompts_per_step=2, n=4, m=2, seed=3,
+                         max_new_tokens=8, prompts_per_step=2, n=4, m=2, seed=3, recipe="embedded",
                          device="cpu", out_dir=str(tmp_path)))
     check(cfg)
     trainer = Trainer(cfg)

@@ -120,7 +120,8 @@ def test_a_dead_rank_stops_the_run_and_the_checkpoint_stays_loadable(tiny_model_
 
 def test_prompts_must_split_evenly_over_the_ranks(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
-    config = from_dict(dict(model=tiny_model_dir, task="even_start", prompts_per_step=3,
+    config = from_dict(dict(model=tiny_model_dir, recipe="embedded", task="even_start",
+                            prompts_per_step=3,
                          max_steps=1, out_dir=str(tmp_path)))
     with pytest.raises(ValueError, match="prompts_per_step=3 does not split over 2 "
                                          "processes.*multiple of 2"):

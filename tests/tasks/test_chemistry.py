@@ -231,7 +231,7 @@ def test_training_on_chemistry_fixtures_with_a_chat_model(chat_model_dir, tmp_pa
                       prompts_per_step=2, n=4, m=2, max_new_tokens=8, max_steps=2,
                       max_time=None, eval_size=2, eval_every=1e9, out_dir=str(tmp_path),
                          run_name="chem",
-                      progress=False, max_prompt_tokens=1000))
+                      progress=False, max_prompt_tokens=1000, recipe="embedded"))
     run = train(cfg)
     evals = read_metrics(run / "metrics.jsonl", "eval")
     assert [r["step"] for r in evals] == [0, 2]

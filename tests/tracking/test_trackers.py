@@ -18,7 +18,7 @@ from pods.runs.metrics import read_metrics
 TRACKED = ["--report-to", "tensorboard,wandb,trackio,mlflow", "--tracker-project", "proj",
            "--tracker-group", "grp", "--max-time", "none", "--prompts-per-step", "2",
            "--n", "4", "--m", "2", "--eval-size", "8", "--max-new-tokens", "4",
-           "--progress", "false", "--eval-every", "1e9"]
+           "--progress", "false", "--eval-every", "1e9", "--recipe", "embedded"]
 # keys every step has (loss/ keys are absent from a step with nothing to learn from, which
 # the untrained model on the arithmetic task often has: no update runs)
 STEP_KEYS = ("rollout/reward_mean", "time/generate", "optim/lr", "time")

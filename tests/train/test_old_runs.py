@@ -13,7 +13,8 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from pods.config import LEAVES, from_dict, load_yaml
+from pods.config import LEAVES, from_dict, load_run_config, load_yaml
+from pods.config.files import EARLIER_BEHAVIOUR
 from pods.runs.checkpoints import checkpoints_and_config
 from pods.runs.metrics import read_metrics
 from pods.train.resumes import checkpoint_config, resume_config
@@ -26,16 +27,16 @@ OLD = RUNS / "v0_flat_config"
 
 
 def test_an_old_flat_config_file_reads_into_the_groups():
-    config = from_dict(load_yaml(OLD / "config.yaml"))
+    config = from_dict(load_run_config(OLD / "config.yaml"))  # as resume and eval read it
     assert (config.rollout.n, config.selection.m, config.rollout.prompts_per_step) == (4, 2, 2)
     assert config.optim.lr == 3e-4 and config.task.code.test_timeout == 2.0
     assert config.task.math.format == 0.1 and config.run.run_name == "v0_flat_config"
     old = yaml.safe_load((OLD / "config.yaml").read_text())
     assert {k: v for k, v in config.to_dict().items() if k in old} == old  # same values
     added = set(config.to_dict()) - set(old)  # the keys added since take their defaults
-    assert {"parallelism", "gguf_file", "word_levels"} <= added
+    assert {"parallelism", "gguf_file", "word_levels"} <= added  # (never a recipe's value)
     assert {k: v for k, v in config.to_dict().items() if k in added} == \
-        {k: LEAVES[k].default for k in added}
+        {k: EARLIER_BEHAVIOUR.get(k, LEAVES[k].default) for k in added}
 
 
 def test_an_old_run_folder_resumes(tiny_model_dir, tmp_path, monkeypatch):

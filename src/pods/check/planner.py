@@ -21,8 +21,11 @@ from pods.config.files import add_config_flags, config_from_args
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("plan", help="measure the base model's pass rate and a step's costs "
-                       "here, and predict groups with signal per second for candidate P, n, m")
+    about = "measure the base model's pass rate and a step's costs here, and predict " \
+            "groups with signal per second for candidate P, n, m"
+    p = sub.add_parser("plan", help=about, description=about[0].upper() + about[1:] +
+                       ". The model, task and engine are pods train's flags (or --config).",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--config", help="YAML file of TrainConfig fields (as pods train)")
     p.add_argument("--candidates", default=None, help="comma-separated PxN/M settings, e.g. "
                    "1x16/4,1x64/16 (default: the config's, GRPO on m and n = 2m, 4m, 8m, at "

@@ -31,16 +31,21 @@ DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("check", help="train a few steps in every mode this machine can run "
-                       "(engines, LoRA, data parallel): pass/fail, times, memory")
+    about = "train a few steps in every mode this machine can run (engines, LoRA, data " \
+            "parallel): pass/fail, times, memory"
+    p = sub.add_parser("check", help=about, description=about[0].upper() + about[1:] +
+                       "; the first command to run on a new machine. Writes check.md and "
+                       "check.json under --out.",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default=DEFAULT_MODEL, help="hub id, folder, .gguf file, "
                    "smollm2 (pods fetch), or 'tiny' (the embedded model: offline, with the "
                    "arithmetic task)")
     p.add_argument("--gguf-file", default=None, help="GGUF file to read inside the --model "
                    "folder or hub repo (as pods train --gguf-file)")
-    p.add_argument("--task", default=None, help="default: arithmetic for tiny, else gsm8k")
+    p.add_argument("--task", default=None, help="the task; None: arithmetic for tiny, else gsm8k")
     p.add_argument("--data-dir", default=None, help="local data files (offline machines)")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto (a GPU "
+                   "where one is visible)")
     p.add_argument("--dtype", default="auto", help="weights dtype of every mode")
     p.add_argument("--steps", type=int, default=3, help="optimizer steps per mode")
     p.add_argument("--n", type=int, default=64, help="rollouts generated per prompt (PODS)")
@@ -48,7 +53,8 @@ def add_parser(sub) -> None:
                    "generates m")
     p.add_argument("--prompts-per-step", type=int, default=1, help="P (the paper: 1)")
     p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="default: 8 for tiny, else 256")
+                   help="completion length; None: 8 for tiny, else 256 (a short "
+                   "check; a run takes its recipe's, gsm8k: 512)")
     p.add_argument("--eval-size", type=int, default=8, help="test problems evaluated")
     p.add_argument("--only", default=None, help="comma-separated modes to run (default all)")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per mode")

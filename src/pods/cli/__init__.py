@@ -1,4 +1,4 @@
-"""The `pods` command: train, eval, export, fetch, compare, plot, env, check.
+"""The `pods` command: train, eval, export, fetch, compare, plot, env, check, plan.
 
     pods train                                   the embedded default (tiny model, arithmetic)
     pods train --config x.yaml --n 64 --m 16     a YAML file, then flags, fill TrainConfig
@@ -27,6 +27,7 @@ from pods.check.planner import add_parser as add_plan_parser
 from pods.check.run import add_parser as add_check_parser
 from pods.cli.compare import add_parser as add_compare_parser
 from pods.config import LEAVES, add_config_flags, config_from_args, flag_overrides
+from pods.config.names import suggestion
 from pods.models.fetch import FETCHABLE
 from pods.rollout import engine_names
 from pods.runs.checkpoints import CheckpointWriteError
@@ -45,7 +46,10 @@ TRAIN_EXTRA = ("transformers", "peft", "accelerate", "datasets", "math_verify", 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # what argparse would refuse, with the flag each one meant
+        command = parser.commands[args.command]
+        command.error(unknown_flags(extra, command))
     try:
         return args.func(args)
     except ValueError as error:  # bad input: say what to change, no traceback
@@ -74,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pods", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    parser.commands = sub.choices  # name -> its parser, for unknown_flags
 
     p = sub.add_parser("train", help="train one run (GRPO, GRPO-PODS, GRPO-GA by config)")
     p.add_argument("--config", help="YAML file of TrainConfig fields")
@@ -136,6 +141,20 @@ def _parser() -> argparse.ArgumentParser:
     add_check_parser(sub)
     add_plan_parser(sub)
     return parser
+
+
+def unknown_flags(extra: list[str], command: argparse.ArgumentParser) -> str:
+    """argparse's "unrecognized arguments", with what each unknown flag meant: a typo of
+    one of ``command``'s flags, or a TRL or verl name (pods.config.names)."""
+    known = [flag[2:].replace("-", "_") for flag in command._option_string_actions
+             if flag.startswith("--")]
+    hints = [f"{arg.split('=')[0]}: {suggestion(arg.split('=')[0], known, spell=_flag)}"
+             for arg in extra if arg.startswith("--")]
+    return "; ".join([f"unrecognized arguments: {' '.join(extra)}", *hints])
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
 
 
 def _train(args: argparse.Namespace) -> int:

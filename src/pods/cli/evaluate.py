@@ -75,6 +75,9 @@ def _config(request: EvalRequest):
     if latest_checkpoint(request.path) is not None:
         checkpoints, cfg = checkpoints_and_config(request.path)
     else:  # a plain model: evaluate it as it is (e.g. the base model before RL)
+        from pods.models.source import check_source
+
+        check_source(request.path, request.fields.get("gguf_file"))  # runs/none: at once
         if not request.tasks:
             raise ValueError(f"{request.path} is not a run or checkpoint folder; to evaluate "
                              f"it as a model, name the test sets with --task (e.g. --task "

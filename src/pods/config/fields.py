@@ -32,6 +32,7 @@ Parallelism = Literal["ddp", "fsdp2"]
 Schedule = Literal["constant", "linear", "cosine"]
 RewardErrors = Literal["raise", "zero"]
 CodeReward = Literal["fraction", "all"]
+Recipe = Literal["auto", "embedded", "language_model"]
 DTYPES: tuple[str, ...] = get_args(Dtype)
 MIXED_PRECISIONS: tuple[str, ...] = get_args(MixedPrecision)
 BF16_UPDATES: tuple[str, ...] = get_args(Bf16Updates)
@@ -43,6 +44,7 @@ PARALLELISMS: tuple[str, ...] = get_args(Parallelism)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 REWARD_ERRORS: tuple[str, ...] = get_args(RewardErrors)
 CODE_REWARDS: tuple[str, ...] = get_args(CodeReward)
+RECIPES: tuple[str, ...] = get_args(Recipe)
 
 
 def leaf(default: Any, help: str, key: str | None = None) -> Any:

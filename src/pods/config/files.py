@@ -1,17 +1,25 @@
 """The config's flat faces: YAML files (``load_yaml``, ``save_yaml``) and command-line flags
 (``add_config_flags``: one argument group per concern), both keyed by the flat keys of
-``pods.config.flat``. Precedence: defaults < --config YAML < flags."""
+``pods.config.flat``. Precedence: defaults < the model's recipe (pods.config.recipes) <
+--config YAML < flags."""
 
 from __future__ import annotations
 
 import argparse
-import difflib
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from pods.config.train import LEAVES, TrainConfig, as_number, from_dict, type_problem
+from pods.config.names import nested_block, suggestion
+from pods.config.train import (
+    LEAVES,
+    TrainConfig,
+    as_number,
+    from_dict,
+    language_model_default,
+    type_problem,
+)
 
 
 def read_yaml(path: str | Path) -> tuple[Any, dict[str, int]]:
@@ -48,9 +56,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     for key, value in data.items():
         where = f"{path}, line {lines.get(str(key), '?')}"
         if key not in LEAVES:
-            close = difflib.get_close_matches(str(key), LEAVES, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else "see `pods train --help`."
-            raise ValueError(f"{where}: unknown field {key!r}; {hint}")
+            if isinstance(value, dict):
+                raise ValueError(f"{where}: {nested_block(str(key), value, LEAVES)}")
+            raise ValueError(f"{where}: unknown field {key!r}; {suggestion(str(key), LEAVES)}")
         if key == "report_to" and isinstance(value, list):
             value = ",".join(map(str, value))
         data[key] = value = as_number(key, value)
@@ -66,10 +74,12 @@ EARLIER_BEHAVIOUR = {"lr_schedule": "constant"}
 
 
 def load_run_config(path: str | Path) -> dict[str, Any]:
-    """A run folder's saved ``config.yaml`` (flat keys), with the keys an earlier pods did
-    not write set to how that run trained, so that resume and evaluation go on as it did."""
+    """A run folder's saved ``config.yaml`` (flat keys), every key given: those an earlier
+    pods did not write set to how that run trained (their defaults then, never a recipe's
+    value), so that resume and evaluation go on as it did."""
     values = load_yaml(path)
-    return {**{k: v for k, v in EARLIER_BEHAVIOUR.items() if k not in values}, **values}
+    return {**{key: leaf.default for key, leaf in LEAVES.items()}, **EARLIER_BEHAVIOUR,
+            **values}
 
 
 def save_yaml(config: TrainConfig, path: str | Path) -> None:
@@ -116,7 +126,15 @@ def add_config_flags(parser: argparse.ArgumentParser, keys=None) -> None:
         groups[top].add_argument(*flags, dest=f"cfg_{leaf.key}", type=parse, choices=choices,
                                  default=argparse.SUPPRESS,
                                  metavar=None if choices else leaf.kind.upper(),
-                                 help=f"{leaf.help} (default: {leaf.default})")
+                                 help=f"{leaf.help} ({_defaults(leaf.key)})")
+
+
+def _defaults(key: str) -> str:
+    """``default: 8; language models: by task ...`` (the recipes, pods.config.recipes)."""
+    real = language_model_default(key)
+    if real is None:
+        return f"default: {LEAVES[key].default}"
+    return f"default: {LEAVES[key].default} for the embedded model; language models: {real}"
 
 
 def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -3,7 +3,8 @@ leaf field (``n``, ``lr``, ``code_test_timeout``), mapped here onto the group it
 (``rollout.n``, ``optim.lr``, ``task.code.test_timeout``).
 
 Generic over the root dataclass (``leaves(TrainConfig)``), so that this module imports
-nothing from pods: ``pods.config.train`` builds ``TrainConfig`` on top of it.
+nothing from pods but ``pods.config.names`` (what an unknown key meant):
+``pods.config.train`` builds ``TrainConfig`` on top of it.
 
 A leaf's type is one of int, float, str and bool, or a ``Literal`` of fixed choices (the
 values it takes, checked here with the types), optionally ``| None``."""
@@ -16,6 +17,8 @@ import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from pods.config.names import nested_block, suggestion
 
 
 @dataclass(frozen=True)
@@ -126,13 +129,21 @@ def build(root: type, values: dict[str, Any]) -> Any:
     unknown key is an error that lists the known ones. A time budget given alone is the
     whole budget: ``max_time`` without ``max_steps`` clears the default step budget."""
     known = leaves(root)
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ValueError(f"unknown config field(s) {', '.join(unknown)}; "
-                         f"known fields: {', '.join(known)}.")
+    check_known(known, values)
     if values.get("max_time") is not None and "max_steps" not in values:
         values = {**values, "max_steps": None}
     return _build(root, {known[k].path: v for k, v in values.items()})
+
+
+def check_known(known: dict[str, Leaf], values: dict[str, Any]) -> None:
+    """Raise ValueError naming each key of ``values`` not in ``known`` and what was meant
+    (a typo, a TRL or verl name, a nested block: pods.config.names)."""
+    unknown = [key for key in values if key not in known]
+    if unknown:
+        raise ValueError("; ".join(
+            nested_block(key, values[key], known) if isinstance(values[key], dict)
+            else f"unknown config field {key!r}: {suggestion(str(key), known)}"
+            for key in unknown))
 
 
 _KINDS = {"int": "a whole number", "float": "a number", "str": "text", "bool": "true or false"}

@@ -15,6 +15,7 @@ from pods.config.fields import (
     Dtype,
     MixedPrecision,
     Parallelism,
+    Recipe,
     RewardErrors,
     UpdateKernels,
     WeightCast,
@@ -197,6 +198,15 @@ class RunConfig:
                                     "Checkpoints hold the full model either "
                                     "way; an fsdp2 run resumes on as many processes. One process "
                                     "has nothing to shard and trains the same either way.")
+    recipe: Recipe = leaf("auto", "Which recipe fills the keys a config leaves unset "
+                          "(pods.config.recipes; a key set in YAML, by a flag or in from_dict "
+                          "always wins): embedded (the field defaults, tuned for the embedded "
+                          "model on arithmetic), language_model (what suits a real language "
+                          "model: the 'language models' values in --help), or auto (embedded "
+                          "for --model tiny, language_model for every other model).")
+    written_for_gpu: bool = leaf(False, "The config is written for a GPU (its P, budget and "
+                                 "evaluation sizes assume one): a run on a CPU warns that it "
+                                 "makes far fewer steps in the same budget.")
 
 
 @dataclass(frozen=True)

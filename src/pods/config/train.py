@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pods.config.flat as flat
+from pods.config import recipes
 from pods.config.checks import problems
 from pods.config.fields import group_field
 from pods.config.flat import Leaf, to_flat
@@ -21,7 +22,9 @@ class TrainConfig:
     ``pods.config.from_dict`` (as YAML files and flags do); every value is checked when it
     is built (``pods.config.checks``), except the names of open registries (rule, task,
     engine, trackers), which their components check before anything loads
-    (``pods.train.checks``)."""
+    (``pods.train.checks``). Built directly (``TrainConfig()``), every field takes its
+    default: the embedded recipe; ``from_dict`` fills the keys it is not given from the
+    recipe of the model (``pods.config.recipes``)."""
 
     model: ModelConfig = group_field(ModelConfig, "The policy: which model, dtype, LoRA.")
     task: TaskConfig = group_field(TaskConfig, "What to train on: data and verifiable reward.")
@@ -58,10 +61,14 @@ LEAVES: dict[str, Leaf] = flat.leaves(TrainConfig)  # every flat key, in --help 
 
 
 def from_dict(values: dict[str, Any]) -> TrainConfig:
-    """A config from a mapping of flat keys (missing keys take their defaults); an unknown
-    key is an error that lists the known ones. A time budget given alone is the whole
-    budget: ``max_time`` without ``max_steps`` clears the default step budget."""
-    return flat.build(TrainConfig, values)
+    """A config from a mapping of flat keys; a missing key takes the value of the model's
+    recipe (``pods.config.recipes``: language-model values for every model but the
+    embedded one), else its default. An unknown key is an error that names the key meant.
+    A time budget given alone is the whole budget: ``max_time`` without ``max_steps``
+    clears the default step budget."""
+    recipe = recipes.recipe_values(*(values.get(key, LEAVES[key].default)
+                                     for key in ("recipe", "model", "task", "lora_rank")))
+    return flat.build(TrainConfig, {**recipe, **values})
 
 
 def type_problem(key: str, value: Any) -> str | None:
@@ -75,7 +82,15 @@ def as_number(key: str, value: Any) -> Any:
 
 
 def describe_fields() -> list[dict[str, Any]]:
-    """One row per field for the configuration reference: key, group, type, default, help."""
+    """One row per field for the configuration reference: key, group, type, default (the
+    embedded recipe), help and the language-model recipe's value (None where it is the
+    default)."""
     return [{"key": leaf.key, "group": leaf.group, "type": leaf.type, "default": leaf.default,
-             "help": leaf.help, "flag": "--" + leaf.key.replace("_", "-")}
+             "help": leaf.help, "flag": "--" + leaf.key.replace("_", "-"),
+             "language_model": language_model_default(leaf.key)}
             for leaf in LEAVES.values()]
+
+
+def language_model_default(key: str) -> str | None:
+    """How the language-model recipe sets ``key`` (None: it keeps the field default)."""
+    return recipes.language_model_value(key) if key in recipes.KEYS else None

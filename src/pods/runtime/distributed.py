@@ -58,6 +58,7 @@ class Dist:
             raise ValueError(f"device={device!r} names one device, but this run has "
                              f"{self.world} processes, each placed by the launcher; use "
                              f"--device auto (or cpu).")
+        resolve_device(device)  # cuda asked of a torch without it fails here, before any load
         self.accelerator = Accelerator(cpu=cpu, kwargs_handlers=[
             InitProcessGroupKwargs(timeout=timedelta(seconds=timeout_s))])
         self.rank, self.device = self.accelerator.process_index, self.accelerator.device

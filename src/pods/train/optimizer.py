@@ -161,8 +161,10 @@ def run_optimizer(params, optim, sharded: bool, log) -> torch.optim.Optimizer:
 
 def lost_updates_warning(params, lr: float, exact_bf16: bool) -> str | None:
     """What a full fine-tune of 16-bit ``params`` would lose at ``lr``, measured on them,
-    and how to avoid it; None where nothing is lost (float32 weights, or bfloat16 ones
-    under ``SplitAdamW``)."""
+    and how to avoid it; None where nothing is lost (float32 weights, bfloat16 ones under
+    ``SplitAdamW``, or a share under 0.1%: a warning never says "0.0% would not move").
+    (float16's own problem, its range, is refused for a full fine-tune when the config is
+    built: pods.config.checks.)"""
     from pods.models.precision import lost_share
 
     params = list(params)
@@ -170,6 +172,8 @@ def lost_updates_warning(params, lr: float, exact_bf16: bool) -> str | None:
     if not dtypes & {torch.bfloat16, torch.float16} or (exact_bf16 and dtypes == {torch.bfloat16}):
         return None
     share = lost_share(params, lr)
+    if share < 1e-3:
+        return None
     dtype = ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
     fix = "--dtype float32 (or auto)" if torch.float16 in dtypes else \
         "--bf16-updates exact, or --dtype float32 (or auto)"

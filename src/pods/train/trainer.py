@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from pods.config import TrainConfig
+from pods.config.recipes import describe as describe_recipe
 from pods.core.rollout_inputs import completion_lengths, rule_inputs
 from pods.core.selection import select
 from pods.evaluation import Sampling, eval_slice, evaluate
@@ -29,6 +30,7 @@ from pods.models.source import check_source
 from pods.rollout import EngineSpec, make_engine, resolve_engine, sample_keys
 from pods.rollout.prompts import fitting_splits, render_prompts
 from pods.runtime import fsdp
+from pods.runtime.device import device_notes
 from pods.runtime.distributed import Dist, launched_world_size
 from pods.runtime.speed import keep_freed_memory
 from pods.tasks import get_task
@@ -67,6 +69,9 @@ class Trainer:
         self.cfg = config
         self.log = log if self.dist.is_main else silent
         self.device = self.dist.device
+        for line in [describe_recipe(config), *device_notes(
+                config.run.device, self.device, config.run.written_for_gpu)]:
+            self.log(line)  # the settings the recipe gave, the device auto chose
         # what the weights are stored and computed in here ("gpu" and "auto" resolved); cfg
         # keeps what was asked, so a run resumed on another machine resolves it there
         self.precision = plan(config.model, self.device, self.dist.sharded)

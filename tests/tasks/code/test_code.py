@@ -140,7 +140,7 @@ def test_training_on_code_fixtures_with_a_chat_model(name, chat_model_dir, tmp_p
                       n=4, m=2, max_new_tokens=8, max_steps=2, max_time=None, eval_size=2,
                          eval_every=1e9,
                       out_dir=str(tmp_path), run_name=name, progress=False,
-                      max_prompt_tokens=1000, sandbox_workers=2))
+                      max_prompt_tokens=1000, sandbox_workers=2, recipe="embedded"))
     run = train(cfg)
     evals = read_metrics(run / "metrics.jsonl", "eval")
     assert [r["step"] for r in evals] == [0, 2] and evals[0]["eval/problems"] >= 1
@@ -180,7 +180,7 @@ def test_the_training_loop_runs_model_written_programs_in_the_sandbox(chat_model
                       n=4, m=2, max_new_tokens=8, max_steps=2, max_time=None, eval_size=2,
                          eval_every=1e9,
                       out_dir=str(tmp_path), run_name="programs", progress=False,
-                      max_prompt_tokens=1000, sandbox_workers=2))
+                      max_prompt_tokens=1000, sandbox_workers=2, recipe="embedded"))
     run = train(cfg)
     steps = read_metrics(run / "metrics.jsonl", "step")
     assert [r["rollout/reward_mean"] for r in steps] == [0.5, 0.5]  # half pass every test

@@ -154,7 +154,8 @@ def test_training_on_gsm8k_fixtures_with_a_chat_model(chat_model_dir, tmp_path):
     cfg = from_dict(dict(model=chat_model_dir, task="gsm8k", data_dir=DATA, prompts_per_step=2,
                       n=4, m=2, max_new_tokens=8, max_steps=2, max_time=None, eval_size=3,
                          eval_every=1e9,
-                      out_dir=str(tmp_path), run_name="gsm8k", progress=False))
+                      out_dir=str(tmp_path), run_name="gsm8k", progress=False,
+                      recipe="embedded"))
     run = train(cfg)
     evals = read_metrics(run / "metrics.jsonl", "eval")
     assert {"eval/accuracy", "eval/format_accuracy", "eval/both_accuracy",
