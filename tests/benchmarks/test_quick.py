@@ -2,24 +2,18 @@
 the script's own code on sizes a CPU takes in seconds and must print its markdown table and
 write its rows as JSON. Scripts are found by folder (each .py in a folder of benchmarks/),
 so a new one joins by being there; one with a module-level ``REHEARSAL`` string (it needs a
-GPU, or its own test runs it) is left out, the string saying where it is rehearsed.
-
-Each script runs as ``__main__`` in the test's process (runpy), which has torch and
-transformers imported already: a fresh interpreter would spend seconds importing them
-again for each script. The processes a script starts itself still start."""
+GPU, or its own test runs it) is left out, the string saying where it is rehearsed. Each
+script runs as ``__main__`` in the test's process (tests/bench_scripts.py)."""
 
 import ast
 import json
-import os
-import runpy
-import sys
 from pathlib import Path
-from unittest import mock
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-BENCHMARKS = ROOT / "benchmarks"
+from bench_scripts import BENCHMARKS, run_script
+
+ROOT = BENCHMARKS.parent
 SCRIPTS = sorted(p for p in BENCHMARKS.glob("*/*.py") if not p.name.startswith("_"))
 
 
@@ -39,11 +33,7 @@ def name(path: Path) -> str:
 @pytest.mark.parametrize("script", [p for p in SCRIPTS if rehearsal(p) is None], ids=name)
 def test_the_script_runs_quick_and_prints_its_table(script, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "argv", [str(script), "--quick", "--json", "rows.json"])
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the script's own inserts, undone after
-    with mock.patch.dict(os.environ, {"HF_HUB_OFFLINE": "1"}):  # and its variables
-        runpy.run_path(str(script), run_name="__main__")
-    out = capsys.readouterr().out
+    out = run_script(script, ["--quick", "--json", "rows.json"], monkeypatch, capsys)
     assert "\n|---" in out, out[-2000:]  # its markdown table
     report = json.loads((tmp_path / "rows.json").read_text())
     assert report["machine"] and report["rows"]
