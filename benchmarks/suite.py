@@ -3,11 +3,14 @@ matmul rate, the bare fwd+bwd+AdamW step, markdown tables and JSON output, the p
 ``--quick``, and the small model a ``--quick`` rehearsal runs on.
 
 The suite's layout: one folder per thing measured (``selection/``, ``update/``,
-``generation/``, ``runs/``, ``sandbox/``), one script per published table, named after it.
+``generation/``, ``runs/``, ``tasks/``, ``sandbox/``), one script per published table,
+named after it.
 Each script prints its table and takes ``--quick``: the same code on sizes a CPU runs in
 seconds, so that tests/benchmarks/test_quick.py can rehearse every script in CI and none
 rots. A script that the rehearsal must leave out says why in a module-level string
-``REHEARSAL`` (it needs a GPU, or its own test runs it); every other script is rehearsed.
+``REHEARSAL`` (it needs a GPU, or its own test runs it), and a folder whose own test
+rehearses it (``gpu/``, the GPU check) is named in that test's ``ELSEWHERE``; every other
+script is rehearsed.
 
 A script in a group folder imports this module with its folder's parent on the path:
 
