@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from fixture_data import FIXTURE_DATA
+from scheduling import long_first
 from toy_task import EvenStart
 
 
@@ -88,20 +89,10 @@ PINNED_STACKS = {  # marker: (module it needs, where it runs)
 }
 
 
-# The files whose tests take longest one by one (each a minute or more of subprocesses on 2
-# cores), run first. pytest-xdist hands out the xdist_group groups first (the most tests
-# first), then single tests in collection order: a long test collected last (tests/train
-# sorts last) would start when the other worker is nearly done and leave it idle.
-LONG_FIRST = ("tests/train/test_faults.py", "tests/test_docs.py",
-              "tests/benchmarks/test_quick.py", "tests/check/test_gpu_check.py",
-              "tests/test_cli.py")
-
-
 def pytest_collection_modifyitems(config, items):
     """Tests marked vllm or verl need a stack that lives in its own environment (.venv-vllm,
     .venv-verl, made by tox); elsewhere they are skipped with that said (`make test` runs
-    them there). The files of ``LONG_FIRST`` go first, in that order (a stable sort: each
-    file's tests stay together and in their order)."""
+    them there). The longest files go first (tests/scheduling.py)."""
     import importlib.util
 
     for marker, (module, reason) in PINNED_STACKS.items():
@@ -111,13 +102,6 @@ def pytest_collection_modifyitems(config, items):
             if marker in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=reason))
     long_first(items)
-
-
-def long_first(items: list) -> None:
-    """Sort ``items`` (anything with a ``nodeid``) in place: the files of ``LONG_FIRST`` in
-    its order, then the rest in their order."""
-    items.sort(key=lambda item: next((i for i, path in enumerate(LONG_FIRST)
-                                      if item.nodeid.startswith(f"{path}::")), len(LONG_FIRST)))
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,9 @@
-"""The test suite's own scheduling (tests/conftest.py): the longest files go first."""
+"""The test suite's own order (tests/scheduling.py): the longest files go first."""
 
 from pathlib import Path
 from types import SimpleNamespace
 
-from conftest import LONG_FIRST, long_first
+from scheduling import LONG_FIRST, long_first
 
 ROOT = Path(__file__).resolve().parents[1]
 
