@@ -108,6 +108,7 @@ def main() -> None:
             single = f"{ones}/{n}" if ones is not None else single
         table.append([name, *cells, single])
         print(f"{name}: {', '.join(cells)}; one process {single}", flush=True)
+    code_tasks._cached.cache_clear()  # outcomes of the last mode: not for a later caller
     head = ["program", *(f"judge {m}: reward>0 / pass@1" for m in args.modes),
             f"one process ({args.modes[0]})"]
     print(suite.markdown(head, table, "l" * len(head)))
