@@ -29,7 +29,7 @@ run: $(VENV)/.installed
 	$(VENV)/bin/pods train
 
 bench: $(VENV)/.installed
-	$(PY) benchmarks/downsample_speed.py
+	$(PY) benchmarks/selection/downsample_speed.py
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check src tests benchmarks

@@ -90,7 +90,8 @@ def native(model: str, P: int, n: int, m: int, steps: int, beta: float = 0.0) ->
                             mixed_precision="bf16" if setup["bf16"] else "no",
                             max_steps=steps, max_time=None, device=setup["device"],
                             progress=False, seed=SEED, beta=beta, lr_schedule="constant",
-                            warmup_frac=0.0, recipe="embedded"))  # the settings it was measured with
+                            warmup_frac=0.0,
+                            recipe="embedded"))  # the settings it was measured with
     trainer = Trainer(config, log=lambda *args, **kwargs: None)
     records = []
     for _ in range(steps):

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from fixture_data import FIXTURE_DATA
+from scheduling import long_first
 from toy_task import EvenStart
 
 
@@ -91,7 +92,7 @@ PINNED_STACKS = {  # marker: (module it needs, where it runs)
 def pytest_collection_modifyitems(config, items):
     """Tests marked vllm or verl need a stack that lives in its own environment (.venv-vllm,
     .venv-verl, made by tox); elsewhere they are skipped with that said (`make test` runs
-    them there)."""
+    them there). The longest files go first (tests/scheduling.py)."""
     import importlib.util
 
     for marker, (module, reason) in PINNED_STACKS.items():
@@ -100,6 +101,7 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if marker in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=reason))
+    long_first(items)
 
 
 @pytest.fixture(scope="session")

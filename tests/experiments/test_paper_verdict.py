@@ -1,4 +1,4 @@
-"""benchmarks/smollm2_paper_verdict.py on the committed records of the paper comparison: the
+"""benchmarks/runs/smollm2_paper_verdict.py on the committed records of the paper comparison: the
 published rows read back as the results page prints them, and the by-seed differences the
 page quotes recomputed from them."""
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "runs"))
 
 import smollm2_paper_verdict as verdict  # noqa: E402
 

@@ -142,16 +142,13 @@ def test_lost_share_counts_the_weights_an_update_would_not_move():
     assert lost_share([w], 1e-6) == 0.0  # float32 near 1.0 steps by 1.2e-7
 
 
-def test_the_benchmark_prints_its_table(tiny_model_dir):
-    """benchmarks/update_precision.py, on the tiny model: the results page's table."""
-    import subprocess
-    import sys
-    from pathlib import Path
+def test_the_benchmark_prints_its_table(monkeypatch, capsys):
+    """benchmarks/update/update_precision.py --quick (a tiny random Qwen2): the results
+    page's table, and the rehearsal that keeps the script running."""
+    from bench_scripts import BENCHMARKS, run_script
 
-    script = Path(__file__).parents[2] / "benchmarks" / "update_precision.py"
-    out = subprocess.run([sys.executable, str(script), "--model", str(tiny_model_dir),
-                          "--lrs", "1e-6", "1e-2"], capture_output=True, text=True,
-                         check=True).stdout
+    out = run_script(BENCHMARKS / "update" / "update_precision.py", ["--quick"], monkeypatch,
+                     capsys)
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in
             out.splitlines() if line.startswith("| ") and "weights" not in line}
     assert rows["float32 (the default)"][:2] == ["100.0%", "100.0%"]

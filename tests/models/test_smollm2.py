@@ -134,7 +134,7 @@ def test_one_default_step_moves_every_weight_where_bf16_weights_lose_nearly_all(
     """From SmolLM2's real weights, one AdamW step at lr 1e-6 with the options a GPU with bf16
     gets by default (float32 weights) moves at least 99% of them; bf16 weights with exact
     updates move their float32 master as much; plain bf16 AdamW moves about 0.4% (the
-    results page's table: benchmarks/update_precision.py)."""
+    results page's table: benchmarks/update/update_precision.py)."""
     from pods.config import ModelConfig
     from pods.models.precision import weights_dtype
     from pods.train.optimizer import join, make_optimizer

@@ -22,6 +22,9 @@ TRACKED = ["--report-to", "tensorboard,wandb,trackio,mlflow", "--tracker-project
 # keys every step has (loss/ keys are absent from a step with nothing to learn from, which
 # the untrained model on the arithmetic task often has: no update runs)
 STEP_KEYS = ("rollout/reward_mean", "time/generate", "optim/lr", "time")
+# pytest-xdist: the module's tests on one worker, so that the tracked run (two `pods train`
+# processes importing every tracker: the module's slowest part) is made once, not per worker
+pytestmark = pytest.mark.xdist_group("trackers")
 
 
 def pods(env, *args) -> None:

@@ -1,11 +1,11 @@
 """Fault injection (CI-sized): 20 SIGKILLs at random points of a short CPU run, some inside
 checkpoint writes, each followed by `pods train --resume`; the harness is
-benchmarks/fault_injection.py, whose table the README quotes."""
+benchmarks/runs/fault_injection.py, whose table the results page quotes."""
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks" / "runs"))
 
 from fault_injection import run_faults  # noqa: E402
 

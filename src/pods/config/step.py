@@ -56,8 +56,9 @@ class RolloutConfig:
     vllm_seeded: bool = leaf(True, "vllm engine: seed each rollout's request with its key, so "
                              "a rollout does not depend on its batch, rank or a resume. vLLM "
                              "samples seeded requests one by one: about 1.6x slower decoding "
-                             "on a CPU (benchmarks/smollm2_speed.py). false: vLLM's own "
-                             "generator (seeded once per engine), as fast as vLLM itself.")
+                             "on a CPU (benchmarks/generation/engines_vs_libraries.py). false: "
+                             "vLLM's own generator (seeded once per engine), as fast as vLLM "
+                             "itself.")
 
 
 @dataclass(frozen=True)

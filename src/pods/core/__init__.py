@@ -1,6 +1,7 @@
 """The algorithm's pure math: tensors in, tensors out, no config objects and no I/O.
 
     downsample        the per-prompt rules (keep m of each prompt's n)
+    downsample_checks the checks of downsample's inputs and of a custom rule's output
     batch_downsample  batch-level max-variance selection (P*m across the prompts)
     advantages        group-normalised advantages over the kept rollouts
     rollout_inputs    what a rule may read of each rollout besides its reward (lengths)

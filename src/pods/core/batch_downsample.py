@@ -35,7 +35,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pods.core.downsample import _check, _rank_order
+from pods.core.downsample import _rank_order
+from pods.core.downsample_checks import check_rewards
 
 
 def variance_mass(rewards: Tensor, max_k: int) -> tuple[Tensor, Tensor]:
@@ -109,7 +110,7 @@ def batch_max_variance(rewards: Tensor, budget: int, max_per_group: int | None =
     if not 2 <= K <= n:
         raise ValueError(f"max_per_group={K} must be between 2 and n={n}.")
     host = rewards.cpu()
-    _check(host, 1)  # finite rewards, else a message naming the groups
+    check_rewards(host, 1)  # finite rewards, else a message naming the groups
     values, order = _rank_order(host)  # [P, n] ascending, and the column of each rank
     mass, best_j = _sorted_variance_mass(values, K)  # [P, K+1] each
     sizes = allocate(mass, budget)  # [P]

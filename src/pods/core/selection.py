@@ -40,7 +40,8 @@ from pods.core.advantages import (
     masked_group_advantages,
 )
 from pods.core.batch_downsample import batch_max_variance
-from pods.core.downsample import Rule, _check, check_rule, downsample
+from pods.core.downsample import Rule, check_rule, downsample
+from pods.core.downsample_checks import check_rewards
 
 Scope = Literal["group", "batch"]
 SCOPES: tuple[str, ...] = get_args(Scope)
@@ -197,7 +198,7 @@ def select(rewards: Tensor, inputs: dict[str, Tensor], spec: SelectionSpec,
         keep = torch.zeros(P, n, dtype=torch.bool, device=rewards.device).scatter(1, idx, True)
         advantages = torch.zeros_like(rewards, dtype=adv.dtype).scatter(1, idx, adv)  # [P, n]
     else:
-        _check(rewards, spec.m)  # m <= n and finite rewards, as downsample checks them
+        check_rewards(rewards, spec.m)  # m <= n and finite rewards, as downsample checks them
         keep = batch_max_variance(rewards, P * spec.m, spec.max_per_group)  # [P, n]
         advantages = masked_group_advantages(rewards, keep, scale=spec.adv_scale)  # [P, n]
     return Selection(keep, advantages, GroupStats.of(rewards, keep, lengths))

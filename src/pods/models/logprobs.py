@@ -10,7 +10,7 @@ hidden states through, and the head is applied here a chunk of completion tokens
 hidden states [tokens, H] are kept, and each chunk's logits are made again in the backward
 pass. Padding positions are skipped. The update's memory then does not grow with the
 vocabulary beyond one chunk; the price is one more pass of the head in the backward
-(``benchmarks/update_memory.py`` measures both).
+(``benchmarks/update/update_memory.py`` measures both).
 
 Precision: the result is float32 whatever the weights' dtype. bf16 logits are upcast
 before the log-softmax: a bf16 log-softmax rounds each log-prob by up to ~4e-3 relative,

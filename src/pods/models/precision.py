@@ -174,7 +174,7 @@ def lost_share(weights, lr: float) -> float:
     """The share of the elements of ``weights`` (tensors) that an update of size ``lr``
     leaves unchanged in their own dtype: what one AdamW step (about lr per weight) would
     lose on them. About 0 for float32 weights at RL learning rates; for bfloat16, most
-    of a real model's weights (measured: benchmarks/update_precision.py)."""
+    of a real model's weights (measured: benchmarks/update/update_precision.py)."""
     lost = total = 0
     with torch.no_grad():
         for w in weights:

@@ -4,7 +4,7 @@
                                              parameters' device has one (CPU, CUDA, MPS)
     keep_freed_memory()                      glibc keeps freed memory for reuse (Linux)
 
-Measured by ``benchmarks/update_profile.py`` (results page, "Where the update's time goes"):
+Measured by ``benchmarks/update/update_profile.py`` (results page, "Where the update's time goes"):
 on SmolLM2-135M and 2 CPU cores the unfused AdamW step spends about 0.35 s in some 1,400
 small per-tensor operations where the fused kernel takes one pass, and glibc hands every
 tensor over 32 MB (the log-probs' logits chunks, activations of a few rows) back to the

