@@ -30,10 +30,6 @@ NO_GPU_EVER = re.compile(
 MEASUREMENT = re.compile(r"\blent\b|GPU window|(?<!\{)\bsessions?\b(?! bus)|device minutes"
                          r"|minutes of (?:GPU|device) time|carr(?:y|ies) at most", re.I)
 BARE_ISSUE = re.compile(r"\bissues? #?\d+|(?<![\w/&(\[])#\d+\b(?![\w-])", re.I)
-# a sentence of docs/guides/llms.md (owned by the real-model defaults work) that still says
-# otherwise: "Little of this has run on a GPU yet (a few short lent sessions ...)" and "None
-# of these has run: no GPU was available to this work"; the mark goes once they are mended
-PENDING = {"docs/guides/llms.md"}
 
 
 def _name(path: Path) -> str:
@@ -57,9 +53,7 @@ def gpu_list() -> tuple[dict[str, str], str]:
 
 
 def _page_param(path: Path):
-    marks = [pytest.mark.xfail(reason="awaits the llms guide's mend; see PENDING")] \
-        if _name(path) in PENDING else []
-    return pytest.param(path, id=_name(path), marks=marks)
+    return pytest.param(path, id=_name(path))
 
 
 def test_the_list_has_the_known_runs():

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pods.config.flat as flat
-from pods.config import recipes
+import pods.config.recipes as recipes
 from pods.config.checks import problems
 from pods.config.fields import group_field
 from pods.config.flat import Leaf, to_flat

@@ -19,7 +19,6 @@ import numpy as np
 import torch
 
 from pods.config import TrainConfig
-from pods.config.recipes import describe as describe_recipe
 from pods.core.rollout_inputs import completion_lengths, rule_inputs
 from pods.core.selection import select
 from pods.evaluation import Sampling, eval_slice, evaluate
@@ -30,7 +29,6 @@ from pods.models.source import check_source
 from pods.rollout import EngineSpec, make_engine, resolve_engine, sample_keys
 from pods.rollout.prompts import fitting_splits, render_prompts
 from pods.runtime import fsdp
-from pods.runtime.device import device_notes
 from pods.runtime.distributed import Dist, launched_world_size
 from pods.runtime.speed import keep_freed_memory
 from pods.tasks import get_task
@@ -49,6 +47,7 @@ from pods.train.progress import Clock, over_ranks
 from pods.train.sampling import INPUT, Round, assemble, enough, varied
 from pods.train.schedule import budget_progress, lr_multiplier
 from pods.train.selection import Sampled, rank_batch, selection_spec
+from pods.train.start import check_world, start_notes
 from pods.train.update import UpdateSpec, policy_update, with_compute
 
 
@@ -59,24 +58,16 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, log=print):
         check(config)  # the rule, task, engine and trackers name what their registries hold
-        world = launched_world_size()
-        P = config.rollout.prompts_per_step
-        if P % world:
-            raise ValueError(f"prompts_per_step={P} does not split over {world} processes "
-                             f"(each rank takes whole groups of n); use a multiple of {world}.")
+        check_world(config.rollout.prompts_per_step, launched_world_size())
         self.dist = Dist(config.run.device, timeout_s=config.run.dist_timeout,
                          parallelism=config.run.parallelism)
         self.cfg = config
         self.log = log if self.dist.is_main else silent
         self.device = self.dist.device
-        for line in [describe_recipe(config), *device_notes(
-                config.run.device, self.device, config.run.written_for_gpu)]:
-            self.log(line)  # the settings the recipe gave, the device auto chose
-        # what the weights are stored and computed in here ("gpu" and "auto" resolved); cfg
-        # keeps what was asked, so a run resumed on another machine resolves it there
+        # storage and compute here ("gpu", "auto" resolved; cfg keeps them for a resume)
         self.precision = plan(config.model, self.device, self.dist.sharded)
-        for line in self.precision.report(config.model, config.optim.bf16_updates, self.device):
-            self.log(line)  # what it chose and why; a warning where bf16 is emulated
+        for line in start_notes(config, self.device, self.precision):
+            self.log(line)  # the recipe's settings, the device auto chose, the precision
         kernels = update_kernels(config.model.update_kernels, self.device, self.dist.sharded)
         torch.manual_seed(config.run.seed)
         keep_freed_memory()  # freed activations reused by the next update (pods.runtime.speed)
