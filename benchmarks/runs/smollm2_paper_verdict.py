@@ -1,8 +1,8 @@
 """The paper comparison on SmolLM2 (configs/compare_smollm2_paper.yaml): its verdicts, from
 every run's evaluations.
 
-The run folders of 19 of its 25 runs were lost with a session's workspace (runs/ is not
-kept between sessions) after docs/results.md had printed their evaluations from
+The run folders of 19 of its 25 runs were lost with the machine they ran on (runs/ is not
+kept in the repository) after docs/results.md had printed their evaluations from
 summary.md; those rows are ``published_19.csv`` in the results folder, copied from the page
 (commit 72a64d6), each accuracy an exact count out of the 256 test stories to one decimal.
 The other runs' records (metrics.jsonl, config.yaml) are in ``<variant>/seed<k>/`` there.

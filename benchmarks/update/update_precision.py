@@ -43,7 +43,7 @@ def load(model: str, random_init: bool, dtype: torch.dtype, device: torch.device
     from pods.models.source import resolve
 
     folder = resolve(model, None, log=lambda *a: None)
-    if random_init:  # the architecture only: where the weights cannot travel (a lent GPU)
+    if random_init:  # the architecture only: where the weights are not at hand
         torch.manual_seed(0)
         return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder),
                                                 dtype=dtype).to(device)

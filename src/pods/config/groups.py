@@ -42,17 +42,17 @@ class ModelConfig:
         "float32, bfloat16 or float16: that dtype (a full fine-tune in bfloat16 keeps every "
         "update by --bf16-updates exact).")
     mixed_precision: MixedPrecision = leaf(
-        "gpu", "What the update and sampling compute in, with float32 weights. bf16: "
-        "bfloat16 compute (the update's forward passes under autocast, or FSDP2's "
-        "mixed-precision policy; the hf engine sampling from a bfloat16 copy refreshed after "
-        "each update; the vllm engine in bfloat16), about 2x faster on GPUs and on CPUs with "
-        "AVX-512 BF16 or AMX, far slower on CPUs without them (emulated); no: compute in the "
-        "weights' dtype; gpu (the default): bf16 on a GPU with bf16, else no, so CPU runs "
-        "compute in float32 (the embedded model, too small to gain from bf16, computes in "
-        "float32 everywhere, so its first run starts alike on a GPU and a CPU); auto: "
-        "bf16 wherever it is native (a GPU with bf16, a CPU with "
-        "AVX-512 BF16 or AMX), else no. bf16 and auto need --dtype float32 (or auto); with "
-        "another --dtype, gpu computes in that dtype.")
+        "gpu", "What the update and sampling compute in, with float32 weights. bf16: bfloat16 "
+        "compute (the update's passes on a bf16 copy or under autocast: --weight-cast; or "
+        "FSDP2's mixed-precision policy; the hf engine sampling from a bfloat16 copy "
+        "refreshed after each update; the vllm engine in bfloat16), about 2x faster on GPUs "
+        "and on CPUs with AVX-512 BF16 or AMX, far slower on CPUs without them (emulated); "
+        "no: compute in the weights' dtype; gpu (the default): bf16 on a GPU with bf16, else "
+        "no, so CPU runs compute in float32 (the embedded model, too small to gain from bf16,"
+        " computes in float32 everywhere, so its first run starts alike on a GPU and a CPU); "
+        "auto: bf16 wherever it is native (a GPU with bf16, a CPU with AVX-512 BF16 or AMX), "
+        "else no. bf16 and auto need --dtype float32 (or auto); with another --dtype, gpu "
+        "computes in that dtype.")
     lora_rank: int = leaf(0, "LoRA rank; 0 = full fine-tuning (the paper's single-GPU runs: 64).")
     lora_alpha: float = leaf(64.0, "LoRA alpha (the paper: 64).")
     lora_dropout: float = leaf(0.0, "LoRA dropout.")

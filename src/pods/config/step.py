@@ -110,7 +110,9 @@ class OptimConfig:
         "run's weights). Float32 weights (the default) take torch's AdamW either way.")
     max_grad_norm: float = leaf(1.0, "Gradient clipping norm; 0 disables clipping.")
     micro_batch_size: int | None = leaf(None, "Sequences per forward/backward pass (gradient "
-                                        "accumulation); None = all P*m kept in one pass.")
+                                        "accumulation); None = on a CUDA GPU, chosen from "
+                                        "its free memory (logged as optim/micro_batch_size); "
+                                        "elsewhere all P*m kept in one pass.")
     num_iterations: int = leaf(1, "Optimizer steps per generation batch; > 1 reuses the "
                                "rollouts with the clipped ratio against the old policy.")
 
