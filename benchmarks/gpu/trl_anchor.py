@@ -1,13 +1,12 @@
-"""Section trl of the GPU check (benchmarks/gpu/check.py): an anchor. TRL's
-``GRPOTrainer`` (its own generation, no vLLM) on the same GPU, model (SmolLM2-135M-Instruct),
-prompts (the word problems), n, completion length and update size as pods's step in
-configs/smollm2_gpu.yaml: benchmarks/trl_vs_native.py's ``smollm2-gpu`` setup, where stock
-TRL trains on every rollout of its generation batch (P x n = 256) in optimizer steps of 64
-rows. Its seconds per generation batch (one generation and its optimizer steps, after a
-warm-up batch) and per optimizer step, beside pods's seconds a step (256 rollouts, the 64
-kept trained on) from the recipe section's run of that config: the median of its steps of
-one round, after the first.
-"""
+"""Section trl of the GPU check (benchmarks/gpu/check.py): an anchor. TRL's ``GRPOTrainer`` (its
+own generation, no vLLM) on the same GPU, model (SmolLM2-135M-Instruct), prompts (the word
+problems), n, completion length and update size as pods's step in configs/smollm2_gpu.yaml:
+the ``smollm2-gpu`` setup of benchmarks/integrations/trl_vs_native.py, where stock TRL trains
+on every rollout of its generation batch (P x n = 256) in optimizer steps of 64 rows. Its
+seconds per generation batch (one generation and its optimizer steps, after a warm-up batch)
+and per optimizer step, beside pods's seconds a step (256 rollouts, the 64 kept trained on)
+from the recipe section's run of that config: the median of its steps of one round, after the
+first."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ METHOD = "TRL GRPOTrainer"
 
 def trl_vs_native():
     spec = importlib.util.spec_from_file_location(
-        "trl_vs_native", ROOT / "benchmarks" / "trl_vs_native.py")
+        "trl_vs_native", ROOT / "benchmarks" / "integrations" / "trl_vs_native.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -46,7 +46,9 @@ def test_the_script_runs_quick_and_prints_its_table(script, tmp_path, monkeypatc
 
 def test_the_suite_is_grouped_and_every_script_is_short_and_quick():
     assert {p.parent.name for p in SCRIPTS} >= {"selection", "update", "generation", "runs",
-                                                "tasks", "sandbox"}
+                                                "tasks", "sandbox", "integrations"}
+    loose = sorted(p.name for p in BENCHMARKS.glob("*.py") if p.name != "suite.py")
+    assert not loose, f"scripts outside a group folder, so never rehearsed: {loose}"
     for path in SCRIPTS:
         text = path.read_text()
         assert len(text.splitlines()) <= 300, f"{name(path)} is over 300 lines: split it"

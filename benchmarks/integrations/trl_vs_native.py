@@ -33,9 +33,10 @@ columns split that time: generate (the ``generate`` call), reward, select/score
 (everything between generation and the update: selection, advantages, padding, TRL's
 bookkeeping) and update (forward, backward, optimizer step).
 
-    python benchmarks/trl_vs_native.py                       # about 1.5 minutes on 2 cores
-    python benchmarks/trl_vs_native.py --steps 20 --warmup 3 --prompts 16
-    python benchmarks/trl_vs_native.py --model smollm2 --threads 2 --steps 5 --warmup 1
+    python benchmarks/integrations/trl_vs_native.py          # about 1.5 minutes on 2 cores
+    python benchmarks/integrations/trl_vs_native.py --steps 20 --warmup 3 --prompts 16
+    python benchmarks/integrations/trl_vs_native.py --model smollm2 --threads 2 --steps 5 --warmup 1
+    python benchmarks/integrations/trl_vs_native.py --quick  # the rehearsal: 1 step, P = 2
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -53,6 +53,9 @@ import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the suite
+import suite  # noqa: E402
 
 SEED = 0
 SETUPS = {  # --model: the run's settings and the methods, name: (implementation, n, m), m
@@ -222,21 +225,11 @@ def run(name: str, cli, timeout: float | None = None) -> dict:
     return {**medians, "skipped": len(timed) - len(updated), "records": timed}
 
 
-def machine(threads: int) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+def versions() -> str:
     import transformers
     import trl as trl_module
 
-    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} with "
-            f"{threads} threads, transformers {transformers.__version__}, trl "
-            f"{trl_module.__version__}, Python {platform.python_version()}")
+    return f"transformers {transformers.__version__}, trl {trl_module.__version__}"
 
 
 def cpu_seconds() -> tuple[float, float]:
@@ -248,7 +241,7 @@ def cpu_seconds() -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = suite.parser(__doc__, "the tiny set-up, P = 2, 1 step, no warm-up")
     parser.add_argument("--steps", type=int, default=20, help="timed optimizer steps")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     parser.add_argument("--model", choices=SETUPS, default="tiny",
@@ -265,6 +258,8 @@ def main() -> None:
                         help="completion limit (default: tiny 8, smollm2 200)")
     parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
     cli = parser.parse_args()
+    if cli.quick:
+        cli.model, cli.prompts, cli.steps, cli.warmup = "tiny", 2, 1, 0
     setup = SETUPS[cli.model]
     setup["max_new_tokens"] = cli.max_new_tokens or setup["max_new_tokens"]
     cli.prompts = cli.prompts or setup["prompts"]
@@ -273,7 +268,7 @@ def main() -> None:
         worker(cli.model, cli.worker, cli.prompts, cli.steps, cli.beta)
         return
     P = cli.prompts
-    print(f"machine: {machine(cli.threads)}")
+    print(f"machine: {suite.machine()}, {versions()}")
     print(f"model {cli.model}, task {setup['task']}, P={P}, {setup['max_new_tokens']} new "
           f"tokens, temperature {setup['temperature']}, lr {setup['lr']}, "
           f"{'bf16 compute over float32 weights' if setup['bf16'] else 'float32'}, beta "
@@ -282,11 +277,14 @@ def main() -> None:
           "update | steps without an update (left out) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     start, (busy, ours) = time.perf_counter(), cpu_seconds()
+    rows = []
     for name, (_, n, m) in setup["methods"].items():
         try:
             t = run(name, cli)
         except RuntimeError as error:
             sys.exit(str(error))
+        rows.append({"method": name, "P": P, "n": n, "m": m,
+                     **{k: v for k, v in t.items() if k != "records"}})
         print(f"| {name} | {P} | {n} | {m} | {t['step']:.3f} | {P * n / t['step']:.2f} | "
               + " | ".join(f"{t[phase]:.3f}" for phase in PHASES)
               + f" | {t['skipped']} |", flush=True)
@@ -294,6 +292,7 @@ def main() -> None:
     other = max(0.0, (busy_end - busy) - (ours_end - ours)) / wall
     print(f"\nother load during the runs: {other:.2f} of {os.cpu_count()} cores busy on "
           f"average (not these benchmarks); timings are only comparable when it is near 0.")
+    suite.write_json(cli.json, rows)
 
 
 if __name__ == "__main__":
