@@ -373,6 +373,7 @@ def test_float16_is_refused_for_a_full_fine_tune(tmp_path, capsys, no_model_load
     from pods.config import from_dict
 
     assert from_dict({"dtype": "float16", "lora_rank": 8}).model.dtype == "float16"  # LoRA
+    assert from_dict({"dtype": "float16"}).model.dtype == "float16"  # pods eval may use it
 
 
 def test_eval_of_a_path_that_does_not_exist_fails_at_once(tmp_path, capsys, monkeypatch,

@@ -255,6 +255,13 @@ def test_a_packed_comparison_holds_records_only_and_unpacks_elsewhere(tmp_path, 
         tar.add(here / "compare.yaml", arcname="../compare.yaml")
     with pytest.raises(ValueError, match=r"holds \.\./compare\.yaml, which a packed"):
         unpack(bad, tmp_path / "elsewhere")
+    for outside in ("../seed0/metrics.jsonl", "./seed0/metrics.jsonl"):  # a run's shape
+        with tarfile.open(bad, "w:gz") as tar:
+            tar.add(here / "compare.yaml", arcname="compare.yaml")
+            tar.add(here / "pods" / "seed0" / "metrics.jsonl", arcname=outside)
+        with pytest.raises(ValueError, match="which a packed"):
+            unpack(bad, tmp_path / "elsewhere" / "out")
+        assert not (tmp_path / "elsewhere" / "seed0").exists()
     assert not (tmp_path / "elsewhere").exists()
     assert yaml.safe_load((there / "compare.yaml").read_text())["seeds"] == [0, 1]
 

@@ -55,6 +55,14 @@ def test_paths_and_hub_ids_are_told_apart(files):
     assert is_local("weights") and is_local("./x") and is_local("/x") and is_local("a/b/c")
     assert is_local("x.gguf") and is_local("~/m")
     assert not is_local("Qwen/Qwen2.5-0.5B-Instruct") and not is_local("gpt2")
+    assert is_local("runs/none")  # where pods writes run folders: never a hub id
+
+
+def test_a_folder_named_like_a_hub_organisation_leaves_the_hub_id_alone(tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Qwen").mkdir()
+    assert not is_local("Qwen/Qwen2.5-0.5B-Instruct")
     assert resolve("weights", None) == "weights"  # a folder loads as it is
     assert resolve("Qwen/Qwen2.5-0.5B-Instruct", None) == "Qwen/Qwen2.5-0.5B-Instruct"
 

@@ -39,6 +39,13 @@ def test_on_a_gpu_the_choice_reads_free_memory_and_elsewhere_it_is_all_rows(tiny
     trained = sum(p.numel() for p in model.parameters())
     head = 2**25 * 10  # pods.models.logprobs.HEAD_CHUNK floats: float32, bf16, gradient
     free = int((trained * 12 + head + 5 * per_row) / micro_batch.SAFETY) + 1  # 5 rows' room
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 0)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 2 * free))
+    assert auto_micro_batch(model, 12, 40, 2, torch.device("cuda")) == 5
+    # memory torch's allocator holds but does not use counts as free: it reuses it
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free - per_row, 2 * free))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 3 * per_row)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 2 * per_row)
     assert auto_micro_batch(model, 12, 40, 2, torch.device("cuda")) == 5
     assert auto_micro_batch(model, 3, 40, 2, torch.device("cuda")) == 3

@@ -73,13 +73,6 @@ def _choices(c: Config) -> Iterator[str]:
     if c.run.parallelism == "fsdp2" and c.rollout.engine == "vllm":
         yield "the vllm engine does not run under fsdp2 (each rank's vLLM would need the " \
               "whole model); use --engine hf (or auto), or --parallelism ddp."
-    if c.model.dtype == "float16" and c.model.lora_rank == 0:
-        yield "dtype float16 for a full fine-tune: float16's range (6e-8 to 65504) is too " \
-              "narrow for training without loss scaling, which pods does not do: small " \
-              "gradients and AdamW's second moments underflow to 0, large values overflow " \
-              "to inf, and the model collapses; use --dtype bfloat16 (float32's range; " \
-              "--bf16-updates exact keeps every update) or float32 (auto). float16 serves a " \
-              "LoRA run's frozen base (--lora-rank > 0)."
     if c.model.mixed_precision in ("bf16", "auto") and c.model.dtype not in ("auto", "float32"):
         yield f"mixed_precision {c.model.mixed_precision} keeps float32 master weights and " \
               f"computes in bfloat16; set --dtype float32 (or auto), or --mixed-precision no " \

@@ -27,10 +27,12 @@ __all__ = ["pack", "unpack"]
 SPEC = "compare.yaml"
 RUN_FILES = ("metrics.jsonl", "config.yaml")
 SUMMARY = ("summary.md", "summary.json", "curves.png", "seeds.png")  # redrawn from the runs
-# what an archive may hold, by path inside it
+# what an archive may hold, by path inside it (a variant's folder never starts with a dot:
+# no '..' or '.' that would write outside the comparison's folder)
 MEMBER = re.compile(rf"(?:{re.escape(SPEC)}|{re.escape(TIMES)}|"
                     rf"{'|'.join(map(re.escape, SUMMARY))}|"
-                    rf"[A-Za-z0-9_.-]+/seed-?\d+/(?:{'|'.join(map(re.escape, RUN_FILES))}))")
+                    rf"[A-Za-z0-9_-][A-Za-z0-9_.-]*/seed-?\d+/"
+                    rf"(?:{'|'.join(map(re.escape, RUN_FILES))}))")
 
 
 def pack(out_dir: str | Path, archive: str | Path) -> tuple[list[str], list[str]]:

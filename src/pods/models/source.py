@@ -33,12 +33,11 @@ def is_builtin(name: str) -> bool:
 
 def is_local(name: str) -> bool:
     """Whether ``name`` means a path on this machine rather than a hub id ("org/name"):
-    it exists, starts like a path (/, ., ~, runs/), has more than one "/", names a .gguf
-    file, or its first part is a folder here (``out/model`` beside ``out/``)."""
-    parts = name.replace(os.sep, "/").split("/")
+    it exists, starts like a path (/, ., ~, or runs/, where pods writes its run folders),
+    has more than one "/" or names a .gguf file. A folder here named like a hub
+    organisation does not make "org/name" local (the hub id still loads)."""
     return (os.path.exists(os.path.expanduser(name)) or name.startswith(("/", ".", "~"))
-            or name.startswith("runs/") or len(parts) > 2 or name.endswith(".gguf")
-            or (len(parts) > 1 and os.path.isdir(parts[0])))
+            or name.startswith("runs/") or name.count("/") > 1 or name.endswith(".gguf"))
 
 
 def source_problem(name: str, gguf_file: str | None) -> str | None:

@@ -1,7 +1,8 @@
 """The checks of a ``TrainConfig`` that need the open registries, each asked of the component
 that owns it: the rule (``pods.core.downsample.RULES``), the task (``pods.tasks``), the
 engine (``pods.rollout.ENGINES``: its name, and its log-probs where the importance-sampling
-correction needs them) and the trackers (``pods.tracking``). ``pods.config``
+correction needs them) and the trackers (``pods.tracking``); and what only training refuses
+(float16 weights for a full fine-tune, which ``pods eval`` may use). ``pods.config``
 checks everything else when a config is built; these run before anything loads: first in
 the trainer, and in ``pods compare`` for every run before the first one trains. The rule's
 name is checked by ``pods.core.downsample.check_rule`` (as in the TRL and verl adapters),
@@ -28,6 +29,19 @@ def registry_problems(config: TrainConfig) -> Iterator[str]:
     yield from one_of("engine", config.rollout.engine, engine_names())
     yield from _logprob_problems(config.loss.is_correction, config.rollout.engine)
     yield from tracker_problems(config.tracking.report_to)
+    yield from _training_problems(config)
+
+
+def _training_problems(c: TrainConfig) -> Iterator[str]:
+    """What only training refuses (``pods eval`` may evaluate in it): float16 weights of a
+    full fine-tune."""
+    if c.model.dtype == "float16" and c.model.lora_rank == 0:
+        yield "dtype float16 for a full fine-tune: float16's range (6e-8 to 65504) is too " \
+              "narrow for training without loss scaling, which pods does not do: small " \
+              "gradients and AdamW's second moments underflow to 0, large values overflow " \
+              "to inf, and the model collapses; use --dtype bfloat16 (float32's range; " \
+              "--bf16-updates exact keeps every update) or float32 (auto). float16 serves a " \
+              "LoRA run's frozen base (--lora-rank > 0)."
 
 
 def _logprob_problems(correction: str, engine: str) -> Iterator[str]:

@@ -62,5 +62,7 @@ def auto_micro_batch(model, rows: int, row_tokens: int, compute_bytes: int,
                             getattr(config, "intermediate_size", None) or 4 * hidden,
                             compute_bytes, checkpointed(model))
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    free, _ = torch.cuda.mem_get_info(device)
+    free, _ = torch.cuda.mem_get_info(device)  # what the driver has free, plus what torch's
+    # allocator holds unused (freed activations, generation's buffers), which it reuses
+    free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     return fitting_rows(free, trained, per_token, row_tokens, rows, HEAD_CHUNK * (4 + 2 + 4))

@@ -163,8 +163,8 @@ def lost_updates_warning(params, lr: float, exact_bf16: bool) -> str | None:
     """What a full fine-tune of 16-bit ``params`` would lose at ``lr``, measured on them,
     and how to avoid it; None where nothing is lost (float32 weights, bfloat16 ones under
     ``SplitAdamW``, or a share under 0.1%: a warning never says "0.0% would not move").
-    (float16's own problem, its range, is refused for a full fine-tune when the config is
-    built: pods.config.checks.)"""
+    (float16's own problem, its range, is refused for a full fine-tune before a run loads
+    anything: pods.train.checks; float16 weights reach this only under FSDP2's shards.)"""
     from pods.models.precision import lost_share
 
     params = list(params)
