@@ -74,7 +74,10 @@ def empty_static_cache(model, columns: int):
 class Decoding:
     """What a call decodes: at most ``new`` tokens a row, sampled at ``temperature`` (0:
     greedy), padded with ``pad_id`` after ``eos_id``; ``synced``: under FSDP every forward
-    pass is a collective, so all ranks keep stepping until the last one is done."""
+    pass is a collective, so all ranks keep stepping until the last one is done (read by
+    ``generate`` alone: the static path never runs under FSDP). A ``DecodeLoop`` is kept
+    per shape and takes its new tokens, pad and eos from here, its temperature at each
+    ``run``."""
 
     new: int
     pad_id: int
