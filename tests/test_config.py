@@ -256,7 +256,7 @@ def test_fixed_choices_are_written_once_as_literal_types():
               "is_correction": CORRECTIONS, "bf16_updates": fields.BF16_UPDATES,
               "hf_compile": fields.SWITCHES, "hf_decode": fields.HF_DECODES,
               "weight_cast": fields.WEIGHT_CASTS, "update_kernels": fields.UPDATE_KERNELS,
-              "recipe": fields.RECIPES}
+              "recipe": fields.RECIPES, "update_layout": fields.UPDATE_LAYOUTS}
     for key, names in tuples.items():
         assert typing.get_origin(LEAVES[key].hint) is typing.Literal, key
         assert LEAVES[key].choices == names and LEAVES[key].kind == "str", key

@@ -245,17 +245,17 @@ def test_the_gap_and_the_correction_stats_reduce_over_ranks_as_one_batch():
     """Rank 0 holds 2 tokens with |d| 0.1, 0.3 (max .3), rank 1 three with |d| summing to
     0.5 (max .4): the mean is over the 5 tokens, not a mean of the ranks' means, and the
     max is the largest of all. The correction's shares likewise count tokens."""
-    from pods.train.update import _gap_metrics, _is_metrics
+    from pods.train.update_metrics import gap_metrics, is_metrics
 
     mine = {"abs": 0.4, "max": 0.3, "k3": 0.02, "outside": 0.0, "tokens": 2.0}
     other = {"abs": 0.5, "max": 0.4, "k3": 0.08, "outside": 1.0, "tokens": 3.0}
-    stats = _gap_metrics(mine, TwoRanks(other))
+    stats = gap_metrics(mine, TwoRanks(other))
     assert stats == pytest.approx({"rollout/logprob_gap": 0.9 / 5, "rollout/logprob_gap_max": 0.4,
                                    "rollout/logprob_kl_k3": 0.1 / 5,
                                    "rollout/ratio_outside_frac": 1 / 5})
     mine = {"weight": 1.8, "kept": 2.0, "dropped": 0.0, "capped": 1.0}
     other = {"weight": 1.0, "kept": 1.0, "dropped": 2.0, "capped": 0.0}
-    stats = _is_metrics(mine, TwoRanks(other))
+    stats = is_metrics(mine, TwoRanks(other))
     assert stats == pytest.approx({"loss/is_weight_mean": 2.8 / 3, "loss/is_masked_frac": 2 / 5,
                                    "loss/is_capped_frac": 1 / 5})
 

@@ -82,7 +82,8 @@ def _choices(c: Config) -> Iterator[str]:
 def _budget(c: Config) -> Iterator[str]:
     if c.run.max_steps is None and c.run.max_time is None:
         yield "no budget: set max_steps and/or max_time."
-    for key in ("max_steps", "max_time", "eval_size", "micro_batch_size"):
+    for key in ("max_steps", "max_time", "eval_size", "micro_batch_size",
+                "micro_batch_tokens"):
         value = get(c, key)
         if value is not None and value <= 0:
             yield f"{key}={value} must be positive (or None for no limit)."

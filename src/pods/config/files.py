@@ -71,9 +71,11 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 # Keys a run folder written by an earlier pods may lack, and the value that reproduces how
 # it trained (the defaults of new runs may differ): before schedules, the lr was constant;
 # before the bf16 working copy, liger-kernel and pods's decode loop, an update computed
-# under autocast with torch's kernels and the static cache decoded with generate.
+# under autocast with torch's kernels and the static cache decoded with generate; before
+# the packed layouts, the update padded every row.
 EARLIER_BEHAVIOUR = {"lr_schedule": "constant", "weight_cast": "matmul",
-                     "update_kernels": "torch", "hf_decode": "generate"}
+                     "update_kernels": "torch", "hf_decode": "generate",
+                     "update_layout": "padded"}
 
 
 def load_run_config(path: str | Path) -> dict[str, Any]:

@@ -112,14 +112,25 @@ def _identity(hidden: Tensor) -> Tensor:
 def head_logprobs(hidden: Tensor, completion_ids: Tensor, completion_mask: Tensor,
                   head: torch.nn.Module, temperature: float) -> Tensor:
     """[B, Lc] log-probs from the final hidden states ``hidden`` [B, Lc, H] of the positions
-    that predict ``completion_ids`` [B, Lc]: ``head`` on the unpadded tokens, a chunk at a
-    time, each chunk checkpointed when gradients are on (a ``FusedHead``: liger's fused
-    kernel does both); 0 at padding."""
+    that predict ``completion_ids`` [B, Lc]: ``head`` on the unpadded tokens (``token_logprobs``);
+    0 at padding."""
     where = completion_mask.bool()  # [B, Lc]
-    states, targets = hidden[where], completion_ids[where]  # [T, H], [T]
-    if isinstance(head, FusedHead) and states.shape[0]:
-        out = hidden.new_zeros(where.shape, dtype=torch.float32)  # [B, Lc]
-        return out.masked_scatter(where, head.logprobs(states, targets, temperature))
+    anchor = hidden.flatten(0, 1)[:1], completion_ids.flatten()[:1]  # [1, H], [1]
+    return _scatter(where, token_logprobs(hidden[where], completion_ids[where], head,
+                                          temperature, anchor))
+
+
+def token_logprobs(states: Tensor, targets: Tensor, head: torch.nn.Module, temperature: float,
+                   anchor: tuple[Tensor, Tensor]) -> Tensor:
+    """[N] log-probs of ``targets`` [N] from the final hidden states ``states`` [N, H]: the
+    head a chunk at a time, each chunk checkpointed when gradients are on (a ``FusedHead``:
+    liger's fused kernel does both). With no token (N = 0: a rank's padding rows under batch
+    selection), 0 times the head on ``anchor`` (a state [1, H] and a target [1]): the head
+    and the model still take part in the backward, as DDP and FSDP need of every rank."""
+    if not states.shape[0]:
+        return 0.0 * _chunk_logprobs(*anchor, head, temperature).sum()  # []
+    if isinstance(head, FusedHead):
+        return head.logprobs(states, targets, temperature)
     step = max(1, HEAD_CHUNK // _vocabulary(head))  # tokens per chunk
     parts = []
     for start in range(0, states.shape[0], step):
@@ -127,13 +138,48 @@ def head_logprobs(hidden: Tensor, completion_ids: Tensor, completion_mask: Tenso
         parts.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False)
                      if torch.is_grad_enabled() and states.requires_grad
                      else _chunk_logprobs(*args))
-    out = hidden.new_zeros(where.shape, dtype=torch.float32)  # [B, Lc]
-    if not parts:  # only padding rows (a rank's share under batch selection): the head and
-        # the model still take part in the backward, as DDP and FSDP need of every rank
-        first = _chunk_logprobs(hidden.flatten(0, 1)[:1], completion_ids.flatten()[:1], head,
-                                temperature)  # [1]
-        return out + 0.0 * first.sum()
-    return out.masked_scatter(where, torch.cat(parts))
+    return torch.cat(parts)
+
+
+def _scatter(where: Tensor, values: Tensor) -> Tensor:
+    """[B, Lc] float32: ``values`` [N] at the True places of ``where`` [B, Lc], 0 elsewhere
+    (``values`` a scalar: added everywhere, so its graph is kept)."""
+    out = torch.zeros(where.shape, dtype=torch.float32, device=where.device)
+    return out + values if values.dim() == 0 else out.masked_scatter(where, values)
+
+
+def packed_logprobs(model, packing, completion_ids: Tensor, completion_mask: Tensor,
+                    temperature: float) -> Tensor:
+    """``completion_logprobs`` of the rows of a micro-batch laid out as one stream
+    (``pods.models.packing.pack`` of these rows, completions right-padded [b, Lc]); returns
+    [b, Lc]. The model runs once on the stream, under ``packed_attention``; only the
+    positions that predict a completion token reach the head."""
+    from pods.models.packed_attention import KEYWORD, switched
+
+    if not switched(model):
+        raise RuntimeError("packed_logprobs runs inside packed_attention(model), forward and "
+                           "backward (gradient checkpointing recomputes the attention there).")
+    where = completion_mask.bool()  # [b, Lc]
+    targets = completion_ids[where]  # [N] row-major, as the stream holds them
+    keep = packing.predictors if len(packing.predictors) else \
+        packing.predictors.new_zeros(1)  # [N] (a first position for a pass without tokens)
+    head = output_head(model)
+    with passing_through(head):
+        out = model(input_ids=packing.input_ids, position_ids=packing.position_ids,
+                    use_cache=False, logits_to_keep=keep,
+                    **{KEYWORD: packing}).logits[0]  # [N, H] or [N, V]
+    if head is None:
+        values = _full_logprobs(out.unsqueeze(0), targets.unsqueeze(0), temperature)[0] \
+            if len(targets) else 0.0 * out.float().sum()
+        return _scatter(where, values)
+    sharded = _sharded_root(model)
+    if sharded is not None:  # as in completion_logprobs
+        sharded.unshard()
+    values = token_logprobs(out[:len(targets)], targets, head, temperature,
+                            (out[:1], keep.new_zeros(1)))
+    if sharded is not None and not torch.is_grad_enabled():
+        sharded.reshard()
+    return _scatter(where, values)
 
 
 def _vocabulary(head: torch.nn.Module) -> int:

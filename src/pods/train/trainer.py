@@ -42,6 +42,7 @@ from pods.train.checkpoint import (
     write_state,
 )
 from pods.train.checks import check
+from pods.train.layout_check import checked_layout
 from pods.train.optimizer import run_optimizer
 from pods.train.progress import Clock, over_ranks
 from pods.train.sampling import INPUT, Round, assemble, enough, varied
@@ -106,7 +107,9 @@ class Trainer:
             UpdateSpec(config.optim, config.loss, config.rollout.temperature,
                        config.rollout.max_new_tokens),
             self.model, self.ref_model, self.precision.cast == "step", kernels,
-            strict=config.model.update_kernels == "liger")
+            strict=config.model.update_kernels == "liger", layout=config.optim.update_layout,
+            log=self.log)
+        self.layout_checked = False  # the layout is checked against padded once, at first
 
     def _reference_model(self):
         """The KL reference: a frozen copy of the start in the policy's compute precision
@@ -187,6 +190,7 @@ class Trainer:
         self.updating = True
         losses, lr = {}, self._set_lr()
         if sampled.signal:  # else every kept advantage is 0: no update (optim/skipped 1)
+            self._check_layout(sampled.kept)
             with self.clock.phase("update"), self.engine.asleep(), \
                     autocast(self.device, self.precision.update):
                 losses = policy_update(self.wrapped, self.ref_model, self.optimizer,
@@ -203,6 +207,15 @@ class Trainer:
                 **sampled.metrics, "optim/lr": lr, "optim/skipped": int(not sampled.signal),
                 **losses,
                 "time/step": self.clock.seconds - step_start}
+
+    def _check_layout(self, kept) -> None:
+        """Before the first update (untimed): the packed layout gives padded's log-probs,
+        else the run falls back to padded (pods.train.layout_check)."""
+        if not self.layout_checked:
+            with self.engine.asleep(), autocast(self.device, self.precision.update):
+                self.update_spec = checked_layout(self.wrapped, self.ref_model, kept,
+                                                  self.update_spec, self.dist, self.log)
+            self.layout_checked = True
 
     def rewind(self) -> bool:
         """Undo the step under way, if any, so that the trainer's state is that of its last

@@ -20,12 +20,15 @@ from torch import Tensor
 from pods.config.step import LossConfig, OptimConfig
 from pods.core.correction import drops_tokens, gap_sums, is_weights
 from pods.core.loss import PolicyLoss, loss_normalizer
-from pods.models.logprobs import completion_logprobs
+from pods.models.logprobs import completion_logprobs, packed_logprobs
+from pods.models.packed_attention import packed_attention
 from pods.models.weight_cast import WeightCast
 from pods.rollout import Rollouts
 from pods.runtime.distributed import Dist
+from pods.train.layout import Part, choose, idle_part, micro_batches, positions
 from pods.train.micro_batch import auto_micro_batch
 from pods.train.selection import KeptBatch
+from pods.train.update_metrics import GAP_KEYS, gap_metrics, is_metrics, merge_gap
 
 
 @dataclass(frozen=True)
@@ -38,25 +41,31 @@ class UpdateSpec:
     max_new_tokens: int  # the constant normaliser's budget
     cast: WeightCast | None = None  # --weight-cast step: the bf16 copy the passes run on
     # (autocast off inside the update); None: the model itself, under the caller's autocast
+    layout: str = "padded"  # padded, packed or shared_prompt (pods.train.layout.choose)
 
 
-def _micro_batches(batch_size: int, micro: int | None) -> list[slice]:
-    micro = micro or batch_size
-    return [slice(i, i + micro) for i in range(0, batch_size, micro)]
-
-
-def _logprobs(model, batch: Rollouts, part: slice, temperature: float) -> Tensor:
-    return completion_logprobs(model, batch.prompt_ids[part], batch.prompt_mask[part],
-                               batch.completion_ids[part], batch.completion_mask[part],
-                               temperature)  # [b, Lc]
+def _logprobs(model, batch: Rollouts, part: Part, temperature: float) -> Tensor:
+    """[b, Lc] log-probs of the part's rows, in its layout."""
+    if part.packing is None:
+        return completion_logprobs(model, batch.prompt_ids[part.rows],
+                                   batch.prompt_mask[part.rows], batch.completion_ids[part.rows],
+                                   batch.completion_mask[part.rows], temperature)
+    return packed_logprobs(model, part.packing, batch.completion_ids[part.rows],
+                           part.take(batch.completion_mask), temperature)
 
 
 @torch.no_grad()
-def _frozen_logprobs(model, batch: Rollouts, parts: list[slice], temperature: float) -> Tensor:
-    return torch.cat([_logprobs(model, batch, part, temperature) for part in parts])
+def _frozen_logprobs(model, batch: Rollouts, parts: list[Part], temperature: float) -> Tensor:
+    out = torch.zeros(batch.completion_ids.shape, dtype=torch.float32,
+                      device=batch.completion_ids.device)  # [B, Lc]
+    for part in parts:
+        logp = _logprobs(model, batch, part, temperature)  # every part runs (FSDP's passes)
+        if part.live:
+            out[part.rows] = logp
+    return out
 
 
-def _reference_logprobs(model, ref_model, batch: Rollouts, parts: list[slice],
+def _reference_logprobs(model, ref_model, batch: Rollouts, parts: list[Part],
                         temperature: float) -> Tensor:
     """The reference policy's log-probs: a frozen copy, or with LoRA the base model itself
     (adapter disabled), so that no second copy of the weights is held in memory."""
@@ -66,22 +75,38 @@ def _reference_logprobs(model, ref_model, batch: Rollouts, parts: list[slice],
         return _frozen_logprobs(model, batch, parts, temperature)
 
 
-def _parts(model, batch: Rollouts, optim: OptimConfig, dist: Dist) -> tuple[list[slice], dict]:
-    """The micro-batches of ``batch`` and, where they were chosen from free device memory
-    (no --micro-batch-size, a CUDA GPU), ``optim/micro_batch_size`` (the same on every
-    rank: the smallest rank's choice)."""
-    B = batch.completion_ids.shape[0]
-    if optim.micro_batch_size is not None:
-        return _micro_batches(B, optim.micro_batch_size), {}
+def _compute_bytes(model) -> int:
+    """Bytes of an activation in the update's passes: 2 in bf16 or float16, else 4."""
     p = next(model.parameters())
-    compute = 2 if p.dtype in (torch.bfloat16, torch.float16) or \
-        torch.is_autocast_enabled(p.device.type) else 4  # bytes of an activation
-    width = batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
-    rows = auto_micro_batch(model, B, width, compute, p.device)
-    if rows is None:
-        return _micro_batches(B, None), {}
-    rows = int(-dist.reduce({"rows": -rows}, "max")["rows"])  # the smallest over ranks
-    return _micro_batches(B, rows), {"optim/micro_batch_size": float(rows)}
+    return 2 if p.dtype in (torch.bfloat16, torch.float16) or \
+        torch.is_autocast_enabled(p.device.type) else 4
+
+
+def _parts(model, batch: Rollouts, optim: OptimConfig, layout: str,
+           dist: Dist) -> tuple[list[Part], dict]:
+    """The micro-batches of ``batch`` in ``layout`` and, where they were chosen from free
+    device memory (neither --micro-batch-size nor --micro-batch-tokens, a CUDA GPU),
+    ``optim/micro_batch_size`` (padded) or ``optim/micro_batch_tokens`` (the same on every
+    rank: the smallest rank's choice). Under the packed layouts every rank runs as many
+    parts as the busiest (``idle_part``)."""
+    rows, tokens, chosen = optim.micro_batch_size, optim.micro_batch_tokens, {}
+    if rows is None and tokens is None:
+        B, width = batch.completion_ids.shape[0], \
+            batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
+        p = next(model.parameters())
+        padded = layout == "padded"
+        fit = auto_micro_batch(model, B if padded else B * width, width if padded else 1,
+                               _compute_bytes(model), p.device)  # rows, or tokens
+        if fit is not None:
+            fit = int(-dist.reduce({"fit": -fit}, "max")["fit"])  # the smallest over ranks
+            rows, tokens = (fit, None) if padded else (None, fit)
+            chosen = {"optim/micro_batch_size" if padded else "optim/micro_batch_tokens":
+                      float(fit)}
+    parts = micro_batches(batch, layout, rows, tokens)
+    if layout != "padded" and dist.world > 1:
+        most = int(dist.reduce({"parts": len(parts)}, "max")["parts"])
+        parts += [idle_part(batch, layout) for _ in range(most - len(parts))]
+    return parts, chosen
 
 
 def _step(optimizer, norm: float, iteration: int) -> bool:
@@ -105,7 +130,7 @@ def policy_update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec
     each accumulating gradients over micro-batches. Log-probs are taken at the sampling
     temperature; ``max_new_tokens`` is the constant normaliser's budget.
     Returns the mean loss stats and, where the engine returned its sampled log-probs, the
-    engine/trainer gap over the kept tokens (``_gap_metrics``: ``rollout/logprob_gap`` and
+    engine/trainer gap over the kept tokens (``gap_metrics``: ``rollout/logprob_gap`` and
     its tail; taken from the first pass, before any optimizer step).
 
     With ``loss.is_correction`` the policy-gradient term of each token is weighted by
@@ -123,9 +148,22 @@ def policy_update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec
     cast = spec.cast
     if cast is not None:
         cast.refresh()  # the bf16 copy of the weights this step starts from
-    with nullcontext() if cast is None else torch.autocast(
-            next(cast.module.parameters()).device.type, enabled=False):
+    with _compute(spec), packed_attention(*_passes_through(model, ref_model, spec)) \
+            if spec.layout != "padded" else nullcontext():
         return _update(model, ref_model, optimizer, kept, spec, dist)
+
+
+def _compute(spec: UpdateSpec):
+    """The update's compute: autocast off where it runs on the bf16 working copy."""
+    cast = spec.cast
+    return nullcontext() if cast is None else torch.autocast(
+        next(cast.module.parameters()).device.type, enabled=False)
+
+
+def _passes_through(model, ref_model, spec: UpdateSpec) -> tuple:
+    """The modules the update's passes run through: the trained one (the bf16 copy, or the
+    model: LoRA's reference is its base, the same module) and the frozen reference."""
+    return (model if spec.cast is None else spec.cast.module), ref_model
 
 
 def _update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
@@ -138,7 +176,7 @@ def _update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
     base = dist.unwrap(model)  # no-grad passes and the LoRA switch skip the engine wrapper
     trained = base if cast is None else cast.module  # the module the passes run through
     forward = model if cast is None else cast.module  # with DDP's wrapper where it has one
-    parts, chosen = _parts(trained, batch, optim, dist)
+    parts, chosen = _parts(trained, batch, optim, spec.layout, dist)
     mask = batch.completion_mask.float()  # [B, Lc]
     engine = _engine_logprobs(batch, mode)  # [B, Lc] or None
     frozen = _frozen_logprobs(trained, batch, parts, temperature) \
@@ -150,6 +188,8 @@ def _update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
     normalizer = _normalizer(mask, keep, kept.kept, spec, dist)
     ref = _reference_logprobs(base, ref_model, batch, parts, temperature) \
         if loss_cfg.beta > 0 else None  # [B, Lc]
+    passes = optim.num_iterations + (frozen is not None) + (ref is not None)
+    done, padded = positions(parts, batch)  # one pass's positions, and padded's
     totals: dict[str, float] = {}
     gap, is_sums = dict.fromkeys(GAP_KEYS, 0.0), {}  # summed over the first pass's parts
     skipped = 0  # optimizer steps skipped for a non-finite gradient norm
@@ -162,25 +202,26 @@ def _update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
         for i, part in enumerate(parts):
             with dist.no_sync(model, last=i == len(parts) - 1):
                 logp = _logprobs(forward, batch, part, temperature)  # [b, Lc]
-                adv = advantages[part]  # [b]
+                adv, kept_part, mask_part = (part.take(t) for t in (advantages, keep, mask))
+                take = part.take  # [b] advantages, [b, Lc] the rest
                 first = {}  # the first pass's gap and correction sums of this part
                 if iteration == 0 and engine is not None:  # still the sampling policy
-                    first["gap"] = gap_sums(logp, engine[part], mask[part])
+                    first["gap"] = gap_sums(logp, take(engine), mask_part)
                 if mode != "none":
-                    w = is_weights(logp if frozen is None else frozen[part], engine[part],
-                                   mask[part], mode, cap)
+                    w = is_weights(logp if frozen is None else take(frozen), take(engine),
+                                   mask_part, mode, cap)
                     adv = adv.unsqueeze(1) * w.weight  # [b, Lc] A_i * w_it
                     if iteration == 0:
-                        first["is"] = w.sums(mask[part])
+                        first["is"] = w.sums(mask_part)
                 loss, stats = loss_fn(
-                    logp, None if old is None else old[part], adv, keep[part],
-                    ref_logp=None if ref is None else ref[part], normalizer=normalizer)
+                    logp, None if old is None else take(old), adv, kept_part,
+                    ref_logp=None if ref is None else take(ref), normalizer=normalizer)
                 dist.backward(loss)
-            logged.append((loss.detach(), stats, keep[part].sum(), first))
+            logged.append((loss.detach(), stats, kept_part.sum(), first))
         kept_tokens = max(keep.sum().item(), 1)
         for loss, stats, tokens, first in logged:  # in order: the same sums as part by part
             if "gap" in first:
-                _merge_gap(gap, {k: float(v) for k, v in first["gap"].items()})
+                merge_gap(gap, {k: float(v) for k, v in first["gap"].items()})
             if "is" in first:
                 _add(is_sums, {k: float(v) for k, v in first["is"].items()}, 1.0)
             _add(totals, {"loss/loss": loss.item()}, 1.0)  # parts add up to the batch loss
@@ -195,12 +236,14 @@ def _update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
         skipped += not _step(optimizer, norm, iteration)
     stats = dist.reduce({k: v / optim.num_iterations for k, v in totals.items()}, "mean")
     stats.update(chosen)
+    stats.update(dist.reduce({"update/positions": float(passes * done),
+                              "update/padded_positions": float(passes * padded)}, "sum"))
     if skipped:  # only on the steps that skipped, so the usual records keep their fields
         stats["optim/nonfinite_grad"] = float(skipped)
     if engine is not None:
-        stats.update(_gap_metrics(gap, dist))
+        stats.update(gap_metrics(gap, dist))
     if is_sums:
-        stats.update(_is_metrics(is_sums, dist))
+        stats.update(is_metrics(is_sums, dist))
     return stats
 
 
@@ -232,52 +275,19 @@ def _dropped_rows(mask: Tensor, keep: Tensor) -> int:
     return int(((mask.sum(1).to(keep.device) > 0) & (keep.sum(1) == 0)).sum())
 
 
-GAP_KEYS = ("abs", "max", "k3", "outside", "tokens")  # pods.core.correction.gap_sums
-
-
-def _merge_gap(totals: dict[str, float], part: dict[str, float]) -> None:
-    for k, v in part.items():
-        totals[k] = max(totals[k], v) if k == "max" else totals[k] + v
-
-
-def _gap_metrics(gap: dict[str, float], dist: Dist) -> dict[str, float]:
-    """The engine/trainer gap over the kept completion tokens of all ranks, with d = trainer
-    minus engine log-prob of each sampled token: ``rollout/logprob_gap`` mean |d|,
-    ``rollout/logprob_gap_max`` max |d|, ``rollout/logprob_kl_k3`` mean exp(d) - d - 1 (an
-    estimate of KL(pi_engine || pi_trainer)), ``rollout/ratio_outside_frac`` the share of
-    tokens whose ratio exp(d) is outside [1/2, 2]."""
-    sums = dist.reduce({k: v for k, v in gap.items() if k != "max"}, "sum")
-    top = dist.reduce({"max": gap["max"]}, "max")["max"]
-    tokens = max(sums["tokens"], 1.0)
-    return {"rollout/logprob_gap": sums["abs"] / tokens, "rollout/logprob_gap_max": top,
-            "rollout/logprob_kl_k3": sums["k3"] / tokens,
-            "rollout/ratio_outside_frac": sums["outside"] / tokens}
-
-
-def _is_metrics(sums: dict[str, float], dist: Dist) -> dict[str, float]:
-    """What the correction did, over the kept completion tokens of all ranks:
-    ``loss/is_weight_mean`` the mean weight of the tokens left in the loss,
-    ``loss/is_masked_frac`` the share of tokens dropped (mask modes) and
-    ``loss/is_capped_frac`` the share whose weight was cut to the cap (truncate modes)."""
-    s = dist.reduce(sums, "sum")
-    tokens = max(s["kept"] + s["dropped"], 1.0)
-    return {"loss/is_weight_mean": s["weight"] / max(s["kept"], 1.0),
-            "loss/is_masked_frac": s["dropped"] / tokens,
-            "loss/is_capped_frac": s["capped"] / tokens}
-
-
 def _add(totals: dict[str, float], values: dict[str, float], weight: float) -> None:
     for k, v in values.items():
         totals[k] = totals.get(k, 0.0) + weight * v
 
 
 def with_compute(spec: UpdateSpec, model, ref_model, cast: bool, kernels: str,
-                 strict: bool = False) -> UpdateSpec:
+                 strict: bool = False, layout: str = "padded", log=print) -> UpdateSpec:
     """``spec`` with the run's update compute: a bf16 working copy of ``model`` where
     ``cast`` (Precision.cast "step"), and ``kernels`` ("liger": liger's kernels put on the
     module the passes run through and on ``ref_model``; an architecture liger does not
     patch is refused where ``strict``, --update-kernels liger, else computes with torch's:
-    pods.models.kernels)."""
+    pods.models.kernels), and ``layout`` (--update-layout) resolved for the model, said
+    in one line to ``log`` (pods.train.layout.choose)."""
     from dataclasses import replace
 
     from pods.models.kernels import use_kernels
@@ -288,4 +298,6 @@ def with_compute(spec: UpdateSpec, model, ref_model, cast: bool, kernels: str,
     kernels = use_kernels(trained, kernels, strict)  # its head a FusedHead with liger
     if ref_model is not None:
         use_kernels(ref_model, kernels, strict)
-    return replace(spec, cast=copy)
+    layout, note = choose(layout, trained)
+    log(note)
+    return replace(spec, cast=copy, layout=layout)

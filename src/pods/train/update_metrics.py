@@ -1,0 +1,39 @@
+"""What the update reports of the engine/trainer gap and of the importance-sampling
+correction, summed over micro-batches and ranks (``pods.train.update``)."""
+
+from __future__ import annotations
+
+from pods.runtime.distributed import Dist
+
+GAP_KEYS = ("abs", "max", "k3", "outside", "tokens")  # pods.core.correction.gap_sums
+
+
+def merge_gap(totals: dict[str, float], part: dict[str, float]) -> None:
+    for k, v in part.items():
+        totals[k] = max(totals[k], v) if k == "max" else totals[k] + v
+
+
+def gap_metrics(gap: dict[str, float], dist: Dist) -> dict[str, float]:
+    """The engine/trainer gap over the kept completion tokens of all ranks, with d = trainer
+    minus engine log-prob of each sampled token: ``rollout/logprob_gap`` mean |d|,
+    ``rollout/logprob_gap_max`` max |d|, ``rollout/logprob_kl_k3`` mean exp(d) - d - 1 (an
+    estimate of KL(pi_engine || pi_trainer)), ``rollout/ratio_outside_frac`` the share of
+    tokens whose ratio exp(d) is outside [1/2, 2]."""
+    sums = dist.reduce({k: v for k, v in gap.items() if k != "max"}, "sum")
+    top = dist.reduce({"max": gap["max"]}, "max")["max"]
+    tokens = max(sums["tokens"], 1.0)
+    return {"rollout/logprob_gap": sums["abs"] / tokens, "rollout/logprob_gap_max": top,
+            "rollout/logprob_kl_k3": sums["k3"] / tokens,
+            "rollout/ratio_outside_frac": sums["outside"] / tokens}
+
+
+def is_metrics(sums: dict[str, float], dist: Dist) -> dict[str, float]:
+    """What the correction did, over the kept completion tokens of all ranks:
+    ``loss/is_weight_mean`` the mean weight of the tokens left in the loss,
+    ``loss/is_masked_frac`` the share of tokens dropped (mask modes) and
+    ``loss/is_capped_frac`` the share whose weight was cut to the cap (truncate modes)."""
+    s = dist.reduce(sums, "sum")
+    tokens = max(s["kept"] + s["dropped"], 1.0)
+    return {"loss/is_weight_mean": s["weight"] / max(s["kept"], 1.0),
+            "loss/is_masked_frac": s["dropped"] / tokens,
+            "loss/is_capped_frac": s["capped"] / tokens}
