@@ -18,7 +18,8 @@ on the CPU (pods's default there), gradient checkpointing on SmolLM2's architect
 language-model recipe trains; the padded gsm8k update without it needs over 24 GB), one
 warm-up update (AdamW's state), then ``--repeats``
 timed updates (median, and min-max); peak memory is the resident high-water mark of the
-timed updates above the resident memory before them (reset through /proc/self/clear_refs).
+timed updates above the resident memory before them (reset through /proc/self/clear_refs,
+after glibc's malloc_trim gave back what the warm-up freed).
 TRL: ``GRPOTrainer._compute_loss`` (TRL 1.16, loss_type "grpo", its padded batch as its
 trainer builds it), its backward and the same AdamW step.
 
@@ -149,7 +150,14 @@ def _trl(model, optimizer, rows, advantages):
 
 
 def _reset_peak() -> float:
-    """Reset the resident high-water mark; the resident MB now."""
+    """Reset the resident high-water mark; the resident MB now, after the C allocator
+    returned what it holds unused (else memory the warm-up freed and the allocator kept
+    would hide part of a larger update's peak)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
     Path("/proc/self/clear_refs").write_text("5")
     return _status("VmRSS")
 
