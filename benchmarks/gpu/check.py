@@ -15,6 +15,8 @@ stopped there and keeps the rows it wrote, and the next section starts on time. 
             fwd+bwd+AdamW, 16 and 64 rows, SmolLM2-135M and Qwen2.5-1.5B (update.py)
   decode    ms a decoding step of the hf engine: dynamic cache, static cache with
             transformers' generate, pods's decode loop; 64, 256, 1024 rows (decode.py)
+  layouts   the update's layouts (padded, packed, shared_prompt) at the paper's GSM8K and
+            MATH shapes on Qwen2.5-1.5B's architecture: seconds, peak GiB (layouts.py)
   default   the embedded default, ``pods train``, for its share (device_runs.py)
   tests     the test files that exercise the device (device_runs.py)
   liger     the update with liger-kernel's kernels (update.py)
@@ -53,6 +55,7 @@ SECTIONS = {  # name: the script and its arguments
     "matmul": ["update.py", "--what", "matmul"],
     "update": ["update.py", "--variants", "bare,cast-step,cast-matmul,pods"],
     "decode": ["decode.py"],
+    "layouts": ["layouts.py"],
     "default": ["device_runs.py", "--what", "default"],
     "tests": ["device_runs.py", "--what", "tests"],
     "liger": ["update.py", "--variants", "liger"],
@@ -60,12 +63,13 @@ SECTIONS = {  # name: the script and its arguments
     "trl": ["trl_anchor.py"],
 }
 PARTS = {  # seconds each section is guaranteed, in the order they run
-    1: {"matmul": 10, "update": 55, "decode": 45, "default": 20, "tests": 20},  # 150 s
+    1: {"matmul": 10, "update": 55, "decode": 45, "layouts": 40, "default": 20,
+        "tests": 20},  # 190 s
     2: {"matmul": 10, "liger": 25, "recipe": recipe_share(["smollm2_gpu_fast", "smollm2_gpu"]),
         "trl": 50},  # 300 s (the first process of a fresh machine reads torch from disk)
 }
-QUICK = {"matmul": 30, "update": 90, "decode": 60, "default": 60, "tests": 20, "liger": 30,
-         "recipe": 90, "trl": 60}  # a loaded CPU's seconds for the tiny sizes
+QUICK = {"matmul": 30, "update": 90, "decode": 60, "layouts": 90, "default": 60, "tests": 20,
+         "liger": 30, "recipe": 90, "trl": 60}  # a loaded CPU's seconds for the tiny sizes
 GRACE = 3.0  # seconds past its share before a section is stopped
 
 

@@ -35,12 +35,29 @@ def table(report: dict) -> str:
         lines += [f"| {r['path']} | {r['rows']} | {_n(r, 'ms_step', '{:.2f}')} | "
                   f"{_n(r, 'tok_s')} | {_n(r, 'steps')} | {_n(r, 'first_s', '{:.1f}')} | "
                   f"{r.get('error', '')} |" for r in decode]
+    lines += _layouts(s.get("layouts", {}).get("rows", []))
     for name, text in (("default", _default), ("tests", _tests)):
         if s.get(name, {}).get("rows"):
             lines += ["", text(s[name]["rows"][0])]
     lines += _recipes(s.get("recipe", {}).get("rows", []))
     lines += _anchor(s.get("trl", {}).get("rows", []))
     return "\n".join(lines)
+
+
+def _layouts(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    padded = {r["shape"]: r for r in rows if r.get("layout") == "padded" and "seconds" in r}
+    out = ["", "| layouts | shape | layout | positions | update s | / padded | peak GiB | "
+           "micro-batch | note |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        base = padded.get(r.get("shape"))
+        ratio = f"{r['seconds'] / base['seconds']:.2f}x" if base and "seconds" in r else "-"
+        micro = r.get("micro_batch_tokens") or r.get("micro_batch_size") or "-"
+        out.append(f"| {r['model']} | {r.get('shape', '-')} | {r.get('layout', '-')} | "
+                   f"{_n(r, 'positions', '{:.0f}')} | {_n(r, 'seconds', '{:.3f}')} | {ratio} | "
+                   f"{_n(r, 'peak_gib', '{:.1f}')} | {micro} | {r.get('error', '')} |")
+    return out
 
 
 def _default(r: dict) -> str:

@@ -28,7 +28,7 @@ def test_the_check_runs_every_section_on_a_cpu_within_its_share(tmp_path):
     from pods.config import LEAVES
 
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    sections = "matmul,update,decode,default,tests,liger,recipe,trl"
+    sections = "matmul,update,decode,layouts,default,tests,liger,recipe,trl"
     done = subprocess.run([sys.executable, str(GPU / "check.py"), "--quick", "--sections",
                            sections, "--budget", "tests=4", "--recipes", "smollm2_gpu",
                            "--out", str(tmp_path)],
@@ -57,6 +57,11 @@ def test_the_check_runs_every_section_on_a_cpu_within_its_share(tmp_path):
     cast = all(key in LEAVES for key in update.VARIANTS["cast-step"])
     measured = {r["variant"] for r in s["update"]["rows"] if "tok_s" in r}
     assert measured == ({"bare", "cast-step", "cast-matmul"} if cast else {"bare", "pods"})
+    layouts = {(r["shape"], r["layout"]): r for r in s["layouts"]["rows"]}
+    assert len(layouts) == 6 and all(r["seconds"] > 0 for r in layouts.values())
+    for shape in ("gsm8k", "math"):  # each prompt once: fewer positions than padded
+        assert layouts[shape, "shared_prompt"]["positions"] < \
+            layouts[shape, "packed"]["positions"] < layouts[shape, "padded"]["positions"]
     for row in s["decode"]["rows"]:
         if "hf_decode" in decode.PATHS[row["path"]] and "hf_decode" not in LEAVES:
             assert row["error"].startswith("not available in this checkout")
