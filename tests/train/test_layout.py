@@ -197,3 +197,24 @@ def test_a_step_of_the_embedded_default_equals_padded(tmp_path):
                 assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
         assert got["update/positions"] < 0.5 * want["update/positions"]
         assert got["update/padded_positions"] == want["update/positions"]
+
+
+def test_the_micro_batch_from_free_memory_is_tokens_under_the_packed_layouts(monkeypatch):
+    """On a CUDA GPU with no micro-batch set, the estimate of pods.train.micro_batch gives
+    the packed layouts a token budget (rows of one token) and padded rows of its width."""
+    import pods.train.update as update_module
+    from pods.runtime.distributed import Dist
+
+    calls = []
+
+    def fake(model, rows, row_tokens, compute_bytes, device):
+        calls.append((rows, row_tokens))
+        return 20 if row_tokens == 1 else 3
+    monkeypatch.setattr(update_module, "auto_micro_batch", fake)
+    batch, optim = kept_rows(), OptimConfig()
+    parts, chosen = update_module._parts(llama(), batch, optim, "shared_prompt", Dist(world=1))
+    assert calls[-1] == (7 * 16, 1) and chosen == {"optim/micro_batch_tokens": 20.0}
+    assert all(p.tokens <= 20 for p in parts if len(p.rows) > 1)  # whole groups, or one row
+    parts, chosen = update_module._parts(llama(), batch, optim, "padded", Dist(world=1))
+    assert calls[-1] == (7, 16) and chosen == {"optim/micro_batch_size": 3.0}
+    assert [p.rows for p in parts] == [slice(0, 3), slice(3, 6), slice(6, 9)]

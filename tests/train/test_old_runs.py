@@ -37,10 +37,11 @@ def test_an_old_flat_config_file_reads_into_the_groups():
     assert {"parallelism", "gguf_file", "word_levels"} <= added  # (never a recipe's value)
     assert {k: v for k, v in config.to_dict().items() if k in added} == \
         {k: EARLIER_BEHAVIOUR.get(k, LEAVES[k].default) for k in added}
-    # it updated under autocast with torch's kernels, and decoded a static cache with
-    # generate: a resume on a GPU goes on so, not on the paths added since
+    # it updated under autocast with torch's kernels, decoded a static cache with generate
+    # and padded its update: a resume goes on so, not on the paths added since
     assert (config.model.weight_cast, config.model.update_kernels,
             config.rollout.hf_decode) == ("matmul", "torch", "generate")
+    assert config.optim.update_layout == "padded"  # and padded its update's passes
 
 
 def test_an_old_run_folder_resumes(tiny_model_dir, tmp_path, monkeypatch):
