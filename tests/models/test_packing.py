@@ -183,3 +183,12 @@ def test_plain_attention_is_accepted(tiny_model_dir):
     assert refusal(LlamaConfig()) is None
     assert refusal(Qwen2Config(sliding_window=4096, use_sliding_window=False)) is None
     assert refusal(AutoModelForCausalLM.from_pretrained(tiny_model_dir).config) is None
+
+
+def test_the_shipped_smollm2_gives_padded_log_probs_and_gradients(smollm2):
+    """The real SmolLM2-135M-Instruct (30 layers, grouped-query attention): the ragged rows
+    of ``rows`` through each prompt once, against padded."""
+    model = AutoModelForCausalLM.from_pretrained(smollm2.folder, dtype=torch.float32).train()
+    assert refusal(model.config) is None
+    assert_same(model, rows(model.config.vocab_size), "shared_prompt",
+                dict(atol=1e-4, rtol=1e-4))
