@@ -16,7 +16,7 @@ The lengths are drawn once a shape from a fixed seed (``batch``), so every layou
 anchor update the same rows. Each (shape, method) runs in its own process: float32 compute
 on the CPU (pods's default there), gradient checkpointing on SmolLM2's architecture (as the
 language-model recipe trains; the padded gsm8k update without it needs over 24 GB), one
-warm-up update (AdamW's state), then ``--repeats``
+warm-up update on two rows (AdamW's state), then ``--repeats``
 timed updates (median, and min-max); peak memory is the resident high-water mark of the
 timed updates above the resident memory before them (reset through /proc/self/clear_refs,
 after glibc's malloc_trim gave back what the warm-up freed).
@@ -91,9 +91,11 @@ def measure(shape: str, method: str, repeats: int, quick: bool) -> dict:
         model.gradient_checkpointing_enable()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
     advantages = torch.randn(rows.completion_ids.shape[0])
-    update, positions = _pods(model, optimizer, rows, advantages, method) \
-        if method != "TRL" else _trl(model, optimizer, rows, advantages)
-    update()  # warm-up: AdamW's state
+    make = _trl if method == "TRL" else \
+        (lambda *a: _pods(*a, method))  # noqa: E731
+    update, positions = make(model, optimizer, rows, advantages)
+    first = torch.arange(2)  # the warm-up: AdamW's state, on two rows (TRL needs 2)
+    make(model, optimizer, rows.select(first), advantages[first])[0]()
     before = _reset_peak()
     times = []
     for _ in range(repeats):
