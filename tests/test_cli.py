@@ -49,9 +49,35 @@ def test_eval_ends_with_its_table(trained_run):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert lines[-4] == f"model: {trained_run / 'checkpoints' / 'step_000002' / 'model'}"
-    assert lines[-3].startswith("| test set | problems | repeats | accuracy |")
-    assert re.fullmatch(r"\| arithmetic \| 5 \| 2 \| \d+\.\d% ± \d+\.\d \| - \| "
+    assert lines[-3].startswith("| test set | problems | temperature | repeats | new tokens "
+                                "| accuracy |")
+    assert re.fullmatch(r"\| arithmetic \| 5 \| 0 \| 2 \| 4 \| \d+\.\d% ± \d+\.\d \| - \| "
                         r"-?\d\.\d{3} \| \d+\.\d \| 0 \|", lines[-1]), lines[-1]
+
+
+def test_eval_of_a_run_scores_as_its_training_evaluations_did(trained_run):
+    """The run evaluated greedily once (its eval_temperature 0, eval_repeats 1): so does
+    `pods eval` of it, unless flags say otherwise; the last training evaluation and
+    `pods eval` of the same checkpoint on the same problems agree."""
+    result = pods("eval", str(trained_run), "--json")
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads(result.stdout[result.stdout.index("{"):])["arithmetic"]
+    assert (metrics["eval/temperature"], metrics["eval/repeats"]) == (0.0, 1)
+    last = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text()
+            .splitlines() if '"eval"' in line][-1]
+    assert metrics["eval/accuracy"] == last["eval/accuracy"]
+    result = pods("eval", str(trained_run), "--eval-temperature", "0.9", "--repeats", "2",
+                  "--json")
+    metrics = json.loads(result.stdout[result.stdout.index("{"):])["arithmetic"]
+    assert (metrics["eval/temperature"], metrics["eval/repeats"]) == (0.9, 2)
+
+
+def test_eval_in_float16_is_allowed_where_training_in_it_is_not(trained_run):
+    result = pods("eval", str(trained_run), "--dtype", "float16", "--eval-size", "4", "--json")
+    assert result.returncode == 0, result.stderr
+    result = pods("train", "--config", str(trained_run / "config.yaml"), "--dtype",
+                  "float16", "--run-name", "f16", "--max-steps", "1")
+    assert result.returncode != 0 and "float16 for a full fine-tune" in result.stderr
 
 
 def test_eval_a_plain_model(tiny_model_dir):

@@ -70,3 +70,20 @@ def test_the_evaluated_slice_starts_at_the_offset():
     with pytest.raises(ValueError, match="eval_offset=10 leaves no test problems: the test "
                                          "split has 10"):
         eval_slice(problems, 10, None)
+
+
+def test_each_test_set_takes_its_own_completion_length_in_any_order():
+    """A language model evaluated on gsm8k and humaneval: 512 and 1024 new tokens (the
+    recipe's by task), whichever --task comes first; --max-new-tokens sets them all."""
+    from pods.cli.evaluate import EvalRequest, _new_tokens
+    from pods.config import from_dict
+
+    for tasks in (("gsm8k", "humaneval"), ("humaneval", "gsm8k")):
+        request = EvalRequest("Qwen/Qwen2.5-0.5B-Instruct", tasks)
+        cfg = from_dict({"model": request.path, "task": tasks[0]})
+        assert {t: _new_tokens(t, cfg, request) for t in tasks} == \
+            {"gsm8k": 512, "humaneval": 1024}
+    request = EvalRequest("Qwen/Qwen2.5-0.5B-Instruct", ("gsm8k", "humaneval"),
+                          fields={"max_new_tokens": 300})
+    cfg = from_dict({"model": request.path, "task": "gsm8k", "max_new_tokens": 300})
+    assert {_new_tokens(t, cfg, request) for t in ("gsm8k", "humaneval")} == {300}

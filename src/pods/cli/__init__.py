@@ -88,20 +88,23 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_train)
 
     p = sub.add_parser("eval", help="evaluate a run's last checkpoint, a checkpoint folder or "
-                       "a model on test sets (the paper's protocol: 5 samplings at T=0.9)")
+                       "a model on test sets (a run as it evaluated in training; a model by the "
+                       "paper's protocol: 5 samplings at T=0.9)")
     p.add_argument("path", help="run folder, checkpoints/step_N folder, or a model (any "
                    "--model of pods train: hub id, folder, .gguf file, tiny, smollm2; then "
                    "--task is required)")
     p.add_argument("--task", action="append", help="test set(s), repeatable (default: the "
                    "run's task), e.g. --task math --task amc23")
     add_config_flags(p, keys=EVAL_FIELDS)
-    p.add_argument("--repeats", type=int, default=5, help="samplings of each test set (the "
-                   "paper's 5; evaluations during training default to 1 greedy sampling, "
-                   "eval_repeats and eval_temperature, for a cheap deterministic curve)")
-    p.add_argument("--eval-temperature", type=float, default=0.9, help="0 = greedy (the "
-                   "paper's 0.9)")
+    p.add_argument("--repeats", type=int, default=None, help="samplings of each test set "
+                   "(default: a run folder's own eval_repeats, so its checkpoint scores as "
+                   "its training evaluations did; a model: the paper's 5)")
+    p.add_argument("--eval-temperature", type=float, default=None, help="0 = greedy "
+                   "(default: a run folder's own eval_temperature; a model: the paper's 0.9)")
     p.add_argument("--eval-size", type=int, default=None, help="test problems (default: all)")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's "
+                   "for its own task, the recipe's for each other --task (a program 1024, a "
+                   "worked solution 512, ...)")
     p.add_argument("--device", default="auto")
     p.add_argument("--engine", default=None, choices=engine_names(),
                    help="generation engine (default: the run's; auto for a model)")

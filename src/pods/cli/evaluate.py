@@ -15,15 +15,18 @@ class EvalRequest:
 
     path: str  # a run folder, a checkpoints/step_N folder, or a model (any --model source)
     tasks: tuple[str, ...] = ()  # test sets; () = the run's task (a model needs one)
-    repeats: int = 5  # samplings of each test set (the paper's 5)
-    temperature: float = 0.9  # 0 = greedy (the paper's 0.9)
+    repeats: int | None = None  # samplings of each test set; None: a run's own
+    # eval_repeats, a model's the paper's 5
+    temperature: float | None = None  # 0 = greedy; None: a run's own eval_temperature, a
+    # model's the paper's 0.9
     size: int | None = None  # test problems per set; None = all
     device: str = "auto"
     fields: dict[str, Any] = field(default_factory=dict)  # flat config keys to set: a
     # custom task's data_file and reward_fn, a model's gguf_file, max_new_tokens, engine...
 
     def __post_init__(self):
-        if self.repeats < 1 or self.temperature < 0:
+        if (self.repeats is not None and self.repeats < 1) or \
+                (self.temperature is not None and self.temperature < 0):
             raise ValueError("--repeats must be >= 1 and --eval-temperature >= 0 "
                              "(0 = greedy).")
 
@@ -47,21 +50,48 @@ def evaluate_path(request: EvalRequest, log=None) -> dict[str, dict]:
     tasks = {name: get_task(name, cfg.task, cfg.run.seed)  # a wrong name fails before loading
              for name in request.tasks or (cfg.task.name,)}
     source, model, tokenizer = _load(request.path, checkpoints, cfg, on, log)
-    max_tokens = cfg.rollout.max_new_tokens
-    spec = EngineSpec(cfg.rollout, on, cfg.task.max_prompt_tokens + max_tokens,
+    lengths = {name: _new_tokens(name, cfg, request) for name in tasks}
+    spec = EngineSpec(cfg.rollout, on, cfg.task.max_prompt_tokens + max(lengths.values()),
                       seed=cfg.run.seed,
                       dtype=plan(cfg.model, on).sampling)
     engine = make_engine(spec, model, tokenizer)
-    sampling = Sampling(request.temperature, max_tokens, seed=cfg.run.seed,
-                        repeats=request.repeats)
+    temperature, repeats = _protocol(request, cfg, checkpoints is not None)
     results: dict[str, Any] = {"model": str(source)}
     for name, task in tasks.items():
+        sampling = Sampling(temperature, lengths[name], seed=cfg.run.seed, repeats=repeats)
         problems, dropped = drop_long_prompts(engine.tokenizer, task, task.test(),
                                               cfg.task.max_prompt_tokens)
         chosen = eval_slice(problems, cfg.eval.offset, request.size)
         result = evaluate(engine, task, chosen, sampling)
-        results[name] = {**result, "eval/dropped_long_prompts": dropped}
+        results[name] = {**result, "eval/dropped_long_prompts": dropped,
+                         "eval/temperature": temperature,
+                         "eval/max_new_tokens": lengths[name]}
     return results
+
+
+PAPER = (0.9, 5)  # the paper's evaluation: 5 samplings at temperature 0.9
+
+
+def _protocol(request: EvalRequest, cfg, run: bool) -> tuple[float, int]:
+    """(temperature, repeats): the flags', else a run's own evaluation settings (so its
+    checkpoint scores as its training evaluations did), else the paper's."""
+    default = (cfg.eval.temperature, cfg.eval.repeats) if run else PAPER
+    return (default[0] if request.temperature is None else request.temperature,
+            default[1] if request.repeats is None else request.repeats)
+
+
+def _new_tokens(task: str, cfg, request: EvalRequest) -> int:
+    """A test set's completion length: --max-new-tokens, else the run's for its own task,
+    else the recipe's for that task (the language-model recipe's by task; the embedded
+    recipe's own), whatever the order of --task."""
+    from pods.config.recipes import recipe_values
+
+    if "max_new_tokens" in request.fields:
+        return request.fields["max_new_tokens"]
+    if task == cfg.task.name:
+        return cfg.rollout.max_new_tokens
+    values = recipe_values(cfg.run.recipe, cfg.model.name, task, cfg.model.lora_rank)
+    return values.get("max_new_tokens", cfg.rollout.max_new_tokens)
 
 
 def _config(request: EvalRequest):
@@ -83,7 +113,8 @@ def _config(request: EvalRequest):
                              f"it as a model, name the test sets with --task (e.g. --task "
                              f"gsm8k).")
         cfg = from_dict({"model": request.path, "task": request.tasks[0], **request.fields})
-    return checkpoints, check(cfg.replace(**request.fields))  # task and engine names, say
+    return checkpoints, check(cfg.replace(**request.fields), training=False)  # task and
+    # engine names, say; float16 may evaluate what it may not train
 
 
 def _load(path: str, checkpoints: list[Path] | None, cfg, device, log):
@@ -111,12 +142,13 @@ def results_table(results: dict) -> str:
         return f"{100 * r[key]:.1f}%{sem}"
 
     lines = [f"model: {results['model']}",
-             "| test set | problems | repeats | accuracy | format accuracy | reward | "
-             "completion tokens | prompts dropped (too long) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| test set | problems | temperature | repeats | new tokens | accuracy | "
+             "format accuracy | reward | completion tokens | prompts dropped (too long) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
         if name != "model":
-            lines.append(f"| {name} | {r['eval/problems']} | {r['eval/repeats']} | "
+            lines.append(f"| {name} | {r['eval/problems']} | {r['eval/temperature']:g} | "
+                         f"{r['eval/repeats']} | {r['eval/max_new_tokens']} | "
                          f"{percent(r, 'eval/accuracy')} | "
                          f"{percent(r, 'eval/format_accuracy')} | "
                          f"{r['eval/reward_mean']:.3f} | {r['eval/completion_len']:.1f} | "

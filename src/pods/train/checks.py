@@ -22,14 +22,16 @@ from pods.tasks import task_problems
 from pods.tracking import tracker_problems
 
 
-def registry_problems(config: TrainConfig) -> Iterator[str]:
-    """Yield a message for each name in ``config`` that its registry does not hold."""
+def registry_problems(config: TrainConfig, training: bool = True) -> Iterator[str]:
+    """Yield a message for each name in ``config`` that its registry does not hold, and
+    where ``training``, for what only training refuses."""
     yield from _rule_problems(config.selection.rule)
     yield from task_problems(config.task, config.model.name)
     yield from one_of("engine", config.rollout.engine, engine_names())
     yield from _logprob_problems(config.loss.is_correction, config.rollout.engine)
     yield from tracker_problems(config.tracking.report_to)
-    yield from _training_problems(config)
+    if training:
+        yield from _training_problems(config)
 
 
 def _training_problems(c: TrainConfig) -> Iterator[str]:
@@ -64,8 +66,9 @@ def _rule_problems(rule: str) -> Iterator[str]:
         yield str(error)
 
 
-def check(config: TrainConfig) -> TrainConfig:
-    """``config``, or a ValueError with the first problem ``registry_problems`` finds."""
-    for problem in registry_problems(config):
+def check(config: TrainConfig, training: bool = True) -> TrainConfig:
+    """``config``, or a ValueError with the first problem ``registry_problems`` finds
+    (``training`` False: an evaluation's, which may compute in float16)."""
+    for problem in registry_problems(config, training):
         raise ValueError(f"invalid config: {problem}")
     return config
