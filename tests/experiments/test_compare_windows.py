@@ -333,3 +333,48 @@ def test_pods_compare_packs_and_unpacks_without_a_spec(tmp_path, capsys):
     assert "give a comparison spec to run, or --pack FILE" in capsys.readouterr().err
     assert main(["compare", "--out", str(out), "--pack", "x.tar.gz", "--budget", "60"]) == 2
     assert "--budget times the runs of a spec" in capsys.readouterr().err
+
+
+def test_a_compressed_bomb_is_refused_from_its_header_before_it_is_read(tmp_path,
+                                                                       monkeypatch):
+    """A member that would expand past the bounds is refused from its tar header: a 200 MiB
+    run record that gzip packs into a few hundred kB is never read into memory."""
+    import io
+
+    import pods.experiments.archive as archive
+
+    bomb = tmp_path / "bomb.tar.gz"
+    size = 200 * 2**20
+    with tarfile.open(bomb, "w:gz") as tar:
+        info = tarfile.TarInfo("pods/seed0/metrics.jsonl")
+        info.size = size
+
+        class Zeros(io.RawIOBase):  # 200 MiB of zeros, never held at once
+            left = size
+
+            def readable(self):
+                return True
+
+            def readinto(self, buffer):
+                n = min(len(buffer), self.left)
+                buffer[:n] = bytes(n)
+                self.left -= n
+                return n
+        tar.addfile(info, io.BufferedReader(Zeros()))
+    assert bomb.stat().st_size < 1_000_000
+    reads = []
+    real = tarfile.ExFileObject.read
+    monkeypatch.setattr(tarfile.ExFileObject, "read",
+                        lambda self, *a: reads.append(a) or real(self, *a))
+    with pytest.raises(ValueError, match=r"of 209,715,200 bytes .*at most 64 MiB a file"):
+        unpack(bomb, tmp_path / "out")
+    assert reads == [] and not (tmp_path / "out").exists()
+    monkeypatch.setattr(archive, "MAX_TOTAL", 100)  # the total over files is bounded too
+    small = tmp_path / "small.tar.gz"
+    with tarfile.open(small, "w:gz") as tar:
+        for name in ("pods/seed0/metrics.jsonl", "pods/seed1/metrics.jsonl"):
+            info = tarfile.TarInfo(name)
+            info.size = 60
+            tar.addfile(info, io.BytesIO(b"x" * 60))
+    with pytest.raises(ValueError, match=r"after 1 files, 60 bytes"):
+        unpack(small, tmp_path / "out")

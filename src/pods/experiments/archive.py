@@ -95,19 +95,39 @@ def unpack(archive: str | Path, out_dir: str | Path) -> list[str]:
     return added
 
 
+# bounds on what an archive may unpack (a comparison's records are about 60 kB): each file,
+# all of them, and how many; checked from each member's header before its data is read,
+# so a small compressed file that would expand to gigabytes is refused, not read
+MAX_FILE = 64 * 2**20
+MAX_TOTAL = 256 * 2**20
+MAX_FILES = 100_000
+
+
 def _read(archive: Path) -> dict[str, bytes]:
-    """An archive's files by path, each checked against ``MEMBER``."""
+    """An archive's files by path, each checked against ``MEMBER`` and the bounds above
+    (a member at a time, its header before its data)."""
     try:
         with tarfile.open(archive, "r:*") as tar:
-            members = tar.getmembers()
-            wrong = [m.name for m in members if not (m.isfile() and MEMBER.fullmatch(m.name))]
-            if wrong:
-                raise ValueError(f"{archive} holds {', '.join(wrong[:5])}, which a packed "
-                                 "comparison does not; unpack only files `pods compare "
-                                 "--pack` wrote.")
+            members, total = [], 0
+            for member in tar:  # headers one by one: a later one is not read yet
+                _check_member(archive, member, len(members), total)
+                members.append(member)
+                total += member.size
             return {m.name: tar.extractfile(m).read() for m in members}
-    except tarfile.TarError as error:
+    except (tarfile.TarError, EOFError, OSError) as error:
         raise ValueError(f"{archive} is not a packed comparison ({error}).") from None
+
+
+def _check_member(archive: Path, member: tarfile.TarInfo, count: int, total: int) -> None:
+    """Refuse a member a packed comparison would not hold, or one past the bounds."""
+    if not (member.isfile() and MEMBER.fullmatch(member.name)):
+        raise ValueError(f"{archive} holds {member.name}, which a packed comparison does "
+                         "not; unpack only files `pods compare --pack` wrote.")
+    if member.size > MAX_FILE or total + member.size > MAX_TOTAL or count >= MAX_FILES:
+        raise ValueError(f"{archive} holds {member.name} of {member.size:,} bytes (after "
+                         f"{count} files, {total:,} bytes): more than a packed comparison "
+                         f"holds (at most {MAX_FILE // 2**20} MiB a file, {MAX_TOTAL // 2**20}"
+                         f" MiB and {MAX_FILES:,} files in all); it was not unpacked.")
 
 
 def _merged_lines(path: Path, data: bytes) -> bytes:
