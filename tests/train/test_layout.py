@@ -207,7 +207,7 @@ def test_the_micro_batch_from_free_memory_is_tokens_under_the_packed_layouts(mon
 
     calls = []
 
-    def fake(model, rows, row_tokens, compute_bytes, device):
+    def fake(model, rows, row_tokens, compute_bytes, device, optimizer=None):
         calls.append((rows, row_tokens))
         return 20 if row_tokens == 1 else 3
     monkeypatch.setattr(update_module, "auto_micro_batch", fake)

@@ -24,9 +24,10 @@ def test_the_rows_that_fit_beside_the_weights_state_and_the_head():
     # rows of 1,024 tokens at 1,691,648 bytes a token = 1,732,247,552 bytes a row
     room = 80 * GiB - 18_000_000_000 - int(1.25 * GiB)
     assert room // 1_732_247_552 == 38
-    assert fitting_rows(100 * GiB, 1_500_000_000, 1_691_648, 1024, 64, int(1.25 * GiB)) == 38
-    assert fitting_rows(100 * GiB, 1_500_000_000, 1_691_648, 1024, 16, int(1.25 * GiB)) == 16
-    assert fitting_rows(GiB, 1_500_000_000, 1_691_648, 1024, 64, 0) == 1  # at least one row
+    state = 1_500_000_000 * 12
+    assert fitting_rows(100 * GiB, state, 1_691_648, 1024, 64, int(1.25 * GiB)) == 38
+    assert fitting_rows(100 * GiB, state, 1_691_648, 1024, 16, int(1.25 * GiB)) == 16
+    assert fitting_rows(GiB, state, 1_691_648, 1024, 64, 0) == 1  # at least one row
 
 
 def test_on_a_gpu_the_choice_reads_free_memory_and_elsewhere_it_is_all_rows(tiny_model_dir,
@@ -39,6 +40,7 @@ def test_on_a_gpu_the_choice_reads_free_memory_and_elsewhere_it_is_all_rows(tiny
     trained = sum(p.numel() for p in model.parameters())
     head = 2**25 * 10  # pods.models.logprobs.HEAD_CHUNK floats: float32, bf16, gradient
     free = int((trained * 12 + head + 5 * per_row) / micro_batch.SAFETY) + 1  # 5 rows' room
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", no_snapshot)  # reserved - allocated
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 0)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 2 * free))
@@ -49,3 +51,58 @@ def test_on_a_gpu_the_choice_reads_free_memory_and_elsewhere_it_is_all_rows(tiny
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 2 * per_row)
     assert auto_micro_batch(model, 12, 40, 2, torch.device("cuda")) == 5
     assert auto_micro_batch(model, 3, 40, 2, torch.device("cuda")) == 3
+
+
+def no_snapshot(device=None):
+    raise RuntimeError("no snapshot")
+
+
+def cuda_with(monkeypatch, free: int, segments: list[dict] | None = None):
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 2 * free))
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot",
+                        lambda device=None: {"segments": segments or []})
+
+
+def test_state_the_optimizer_holds_already_is_not_reserved_again(tiny_model_dir,
+                                                                  monkeypatch):
+    """Step 1 reserves the gradients and AdamW's moments; from step 2 on they are allocated
+    (and so missing from free memory already): with the same memory left for activations,
+    the micro-batch is the same at steps 1 and 5, not several-fold smaller."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    trained = sum(p.numel() for p in model.parameters())
+    assert micro_batch.pending_state_bytes(optimizer) == 12 * trained  # nothing allocated
+    c = model.config
+    per_row = token_bytes(c.num_hidden_layers, c.hidden_size, c.intermediate_size, 2,
+                          False) * 40
+    head = 2**25 * 10
+    activations = 5 * per_row  # the room five rows take, at every step
+    cuda_with(monkeypatch, int((12 * trained + head + activations) / micro_batch.SAFETY) + 1)
+    cuda = torch.device("cuda")
+    first = auto_micro_batch(model, 12, 40, 2, cuda, optimizer)
+    model(torch.tensor([[1, 2, 3]])).logits.sum().backward()
+    optimizer.step()  # gradients and moments now allocated: free memory is 12 bytes a
+    # weight less, and nothing more will be allocated for them
+    assert micro_batch.pending_state_bytes(optimizer) == 0
+    cuda_with(monkeypatch, int((head + activations) / micro_batch.SAFETY) + 1)
+    assert auto_micro_batch(model, 12, 40, 2, cuda, optimizer) == first == 5
+
+
+def test_free_blocks_of_a_cuda_graph_pool_do_not_count_as_free(monkeypatch):
+    """torch's allocator reuses its own pool's free blocks, not those of a CUDA graph's
+    private pool (the hf engine's captured decode steps)."""
+    segments = [{"total_size": 100, "allocated_size": 40, "segment_pool_id": (0, 0)},
+                {"total_size": 500, "allocated_size": 0, "segment_pool_id": (1, 3)}]
+    cuda_with(monkeypatch, 0, segments)
+    assert micro_batch.reusable_bytes(torch.device("cuda")) == 60
+
+
+def test_fsdp2_shards_count_their_local_share():
+    class Shard(torch.nn.Parameter):  # a DTensor's interface: the global and local counts
+        def to_local(self):
+            return torch.zeros(self.numel() // 4)
+
+    p = Shard(torch.zeros(400))
+    optimizer = torch.optim.AdamW([p])
+    assert micro_batch.local_numel(p) == 100
+    assert micro_batch.pending_state_bytes(optimizer) == 12 * 100  # not 12 * 400

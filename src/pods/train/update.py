@@ -82,8 +82,8 @@ def _compute_bytes(model) -> int:
         torch.is_autocast_enabled(p.device.type) else 4
 
 
-def _parts(model, batch: Rollouts, optim: OptimConfig, layout: str,
-           dist: Dist) -> tuple[list[Part], dict]:
+def _parts(model, batch: Rollouts, optim: OptimConfig, layout: str, dist: Dist,
+           optimizer=None) -> tuple[list[Part], dict]:
     """The micro-batches of ``batch`` in ``layout`` and, where they were chosen from free
     device memory (neither --micro-batch-size nor --micro-batch-tokens, a CUDA GPU),
     ``optim/micro_batch_size`` (padded) or ``optim/micro_batch_tokens`` (the same on every
@@ -96,7 +96,7 @@ def _parts(model, batch: Rollouts, optim: OptimConfig, layout: str,
         p = next(model.parameters())
         padded = layout == "padded"
         fit = auto_micro_batch(model, B if padded else B * width, width if padded else 1,
-                               _compute_bytes(model), p.device)  # rows, or tokens
+                               _compute_bytes(model), p.device, optimizer)  # rows or tokens
         if fit is not None:
             fit = int(-dist.reduce({"fit": -fit}, "max")["fit"])  # the smallest over ranks
             rows, tokens = (fit, None) if padded else (None, fit)
@@ -176,7 +176,7 @@ def _update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
     base = dist.unwrap(model)  # no-grad passes and the LoRA switch skip the engine wrapper
     trained = base if cast is None else cast.module  # the module the passes run through
     forward = model if cast is None else cast.module  # with DDP's wrapper where it has one
-    parts, chosen = _parts(trained, batch, optim, spec.layout, dist)
+    parts, chosen = _parts(trained, batch, optim, spec.layout, dist, optimizer)
     mask = batch.completion_mask.float()  # [B, Lc]
     engine = _engine_logprobs(batch, mode)  # [B, Lc] or None
     frozen = _frozen_logprobs(trained, batch, parts, temperature) \
