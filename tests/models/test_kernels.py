@@ -68,8 +68,11 @@ def test_a_fused_head_scatters_its_token_logprobs_into_the_rows(tiny_model_dir, 
     """head_logprobs asks a FusedHead for its log-probs, here with liger's kernel replaced
     by the same arithmetic in torch (Triton does not run here): the [B, Lc] result,
     padding 0, equals the chunked head's, and its gradient reaches the weights."""
-    def same_math(states, targets, head, temperature):  # what liger's kernel computes
-        logits = torch.nn.functional.linear(states, head.weight).float() / temperature
+    calls = []
+
+    def same_math(states, targets, head):  # what liger's kernel computes
+        calls.append(len(targets))
+        logits = torch.nn.functional.linear(states, head.weight).float()
         return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
 
     monkeypatch.setattr(kernels, "liger_logprobs", same_math)
@@ -77,14 +80,21 @@ def test_a_fused_head_scatters_its_token_logprobs_into_the_rows(tiny_model_dir, 
     ids = torch.randint(3, model.config.vocab_size, (3, 7))  # [B, L]
     mask = torch.ones_like(ids)
     mask[2, 5:] = 0
-    args = (model, ids[:, :3], mask[:, :3], ids[:, 3:], mask[:, 3:], 0.7)
-    chunked = completion_logprobs(*args)
-    model.get_output_embeddings().__class__ = kernels.FusedHead  # as use_kernels makes it
-    fused = completion_logprobs(*args)
-    torch.testing.assert_close(fused, chunked, rtol=0, atol=1e-6)
-    assert fused[2, 2:].eq(0).all()
-    fused.sum().backward()
-    assert model.get_output_embeddings().weight.grad.abs().sum() > 0
+    for temperature in (1.0, 0.7):
+        args = (model, ids[:, :3], mask[:, :3], ids[:, 3:], mask[:, 3:], temperature)
+        model.get_output_embeddings().__class__ = torch.nn.Linear
+        chunked = completion_logprobs(*args)
+        model.get_output_embeddings().__class__ = kernels.FusedHead  # as use_kernels does
+        fused = completion_logprobs(*args)
+        torch.testing.assert_close(fused, chunked, rtol=0, atol=1e-6)
+        assert fused[2, 2:].eq(0).all()
+        fused.sum().backward()
+        assert model.get_output_embeddings().weight.grad.abs().sum() > 0
+    # the fused kernel at temperature 1 only: at 0.7 the chunked head divides the float32
+    # logits as the sampler does (liger would divide the bf16 hidden states)
+    assert calls == [10]
+    with pytest.raises(ValueError, match="temperature 1 only"):
+        model.get_output_embeddings().logprobs(torch.zeros(1, 64), torch.zeros(1).long(), 0.7)
 
 
 GPU_LIGER = torch.cuda.is_available() and importlib.util.find_spec("triton") is not None \
@@ -106,10 +116,12 @@ def test_liger_matches_the_chunked_head_within_bf16_tolerance(tiny_model_dir):
         mask = torch.ones_like(ids)
         mask[1, 30:] = 0
         logp = completion_logprobs(model, ids[:, :8], mask[:, :8], ids[:, 8:], mask[:, 8:],
-                                   0.9)  # [B, Lc]
+                                   1.0)  # [B, Lc]: the fused head's temperature
         assert isinstance(model.get_output_embeddings(), kernels.FusedHead) == \
             (kind == "liger")
-        loss = -(logp * mask[:, 8:]).sum() / mask[:, 8:].sum()
+        weights = torch.linspace(0.1, 3.0, 32, device=CUDA)  # tokens weighted unequally: a
+        # per-token scaling bug of the fused kernel would pass an equal-weight loss
+        loss = -(logp * mask[:, 8:] * weights).sum() / mask[:, 8:].sum()
         loss.backward()
         return logp.detach(), loss.detach(), {n: p.grad.float() for n, p in
                                               model.named_parameters()}
@@ -157,4 +169,46 @@ def test_an_architecture_liger_does_not_patch_is_torch_under_auto_and_refused_if
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)  # a Qwen2
     assert use_kernels(model, "liger", strict=False) == "torch"
     with pytest.raises(ValueError, match="no kernels for the 'qwen2' architecture"):
+        use_kernels(model, "liger", strict=True)
+
+
+def apply_gemma(model, rope=True, cross_entropy=False, fused_linear_cross_entropy=True,
+                rms_norm=True, geglu=True):
+    """The signature of liger's apply_liger_kernel_to_gemma: geglu, not swiglu."""
+    apply_gemma.calls.append(dict(rope=rope, cross_entropy=cross_entropy, geglu=geglu,
+                                  fused_linear_cross_entropy=fused_linear_cross_entropy,
+                                  rms_norm=rms_norm))
+
+
+def apply_pixtral(model, rope=True, rms_norm=True, swiglu=True):
+    """Pixtral's: no cross-entropy options at all."""
+    apply_pixtral.calls.append(dict(rope=rope, rms_norm=rms_norm, swiglu=swiglu))
+
+
+def test_each_architecture_gets_the_options_its_function_takes(tiny_model_dir, patch_table):
+    """Gemma's patch takes geglu (asking swiglu=True raised TypeError at the start of
+    training), Pixtral's no cross_entropy: each gets what its signature names."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)  # a Qwen2, standing in
+    for apply, want in ((apply_gemma, dict(rope=True, rms_norm=True, geglu=True,
+                                           cross_entropy=False,
+                                           fused_linear_cross_entropy=False)),
+                        (apply_pixtral, dict(rope=True, rms_norm=True, swiglu=True))):
+        apply.calls = []
+        patch_table({"qwen2": apply})
+        assert use_kernels(model, "liger") == "liger"
+        assert apply.calls == [want]
+
+
+def test_a_patch_that_fails_falls_back_to_torch_with_the_reason(tiny_model_dir, patch_table):
+    def broken(model, rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+               fused_linear_cross_entropy=False):
+        raise TypeError("unexpected keyword argument")
+
+    patch_table({"qwen2": broken})
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with pytest.warns(RuntimeWarning, match="liger-kernel's broken for 'qwen2' failed .*"
+                      "torch's kernels"):
+        assert use_kernels(model, "liger", strict=False) == "torch"
+    assert type(model.get_output_embeddings()) is torch.nn.Linear  # no fused head
+    with pytest.raises(ValueError, match="failed .*--update-kernels auto or torch"):
         use_kernels(model, "liger", strict=True)

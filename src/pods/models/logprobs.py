@@ -123,14 +123,16 @@ def head_logprobs(hidden: Tensor, completion_ids: Tensor, completion_mask: Tenso
 def token_logprobs(states: Tensor, targets: Tensor, head: torch.nn.Module, temperature: float,
                    anchor: tuple[Tensor, Tensor]) -> Tensor:
     """[N] log-probs of ``targets`` [N] from the final hidden states ``states`` [N, H]: the
-    head a chunk at a time, each chunk checkpointed when gradients are on (a ``FusedHead``:
-    liger's fused kernel does both). With no token (N = 0: a rank's padding rows under batch
-    selection), 0 times the head on ``anchor`` (a state [1, H] and a target [1]): the head
-    and the model still take part in the backward, as DDP and FSDP need of every rank."""
+    head a chunk at a time, each chunk checkpointed when gradients are on (a ``FusedHead``
+    at temperature 1: liger's fused kernel does both). With no token (N = 0: a rank's
+    padding rows under batch selection), 0 times the head on ``anchor`` (a state [1, H] and
+    a target [1]): the head and the model still take part in the backward, as DDP and FSDP
+    need of every rank."""
     if not states.shape[0]:
         return 0.0 * _chunk_logprobs(*anchor, head, temperature).sum()  # []
-    if isinstance(head, FusedHead):
-        return head.logprobs(states, targets, temperature)
+    if isinstance(head, FusedHead) and temperature == 1.0:
+        return head.logprobs(states, targets, temperature)  # at another temperature the
+    # fused kernel cannot divide the logits as the sampler does (pods.models.kernels)
     step = max(1, HEAD_CHUNK // _vocabulary(head))  # tokens per chunk
     parts = []
     for start in range(0, states.shape[0], step):
