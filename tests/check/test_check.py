@@ -109,16 +109,22 @@ def test_only_names_known_modes(tmp_path, capsys):
     assert "unknown mode(s) hf-ful" in capsys.readouterr().err
 
 
-def test_the_default_hub_model_offline_fails_with_the_loading_reason(tmp_path, monkeypatch):
+def test_the_default_hub_model_offline_fails_at_once_saying_what_works(tmp_path,
+                                                                       monkeypatch, capsys):
+    """Offline and not cached: one error before any mode starts (not a minute of hub
+    retries a mode), naming what works without the hub."""
+    import time
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache: nothing to load
     out = tmp_path / "check"
-    assert main(["check", "--only", "hf-full", "--steps", "1", "--out", str(out)]) == 1
-    report = json.loads((out / "check.json").read_text())
-    assert report["settings"]["task"] == "gsm8k" and report["settings"]["max_new_tokens"] == 256
-    (row,) = report["modes"]
-    assert row["status"] == "failed"
-    assert "could not load the model 'Qwen/Qwen2.5-0.5B-Instruct'" in row["reason"]
+    start = time.monotonic()
+    assert main(["check", "--only", "hf-full", "--steps", "1", "--out", str(out)]) == 2
+    assert time.monotonic() - start < 10
+    err = capsys.readouterr().err
+    assert "--model Qwen/Qwen2.5-0.5B-Instruct is a Hugging Face hub id, not in the local " \
+        "cache, and HF_HUB_OFFLINE is set" in err and "--model tiny" in err
+    assert not out.exists()  # refused before any mode started
 
 
 def test_gguf_file_is_checked_before_any_mode_and_reaches_every_mode(tmp_path, capsys):

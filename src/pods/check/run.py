@@ -64,11 +64,16 @@ def add_parser(sub) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-    from pods.models.source import source_problem
+    from pods.models.source import is_builtin, is_local, source_problem
 
     problem = source_problem(args.model, args.gguf_file)  # before any mode starts its process
     if problem:
         raise ValueError(problem)
+    if not is_builtin(args.model) and not is_local(args.model):
+        from pods.runtime.hub import check_hub_model
+
+        check_hub_model(args.model, print)  # no hub: its cache (the modes' processes
+        # inherit HF_HUB_OFFLINE), or one error now rather than a minute of retries a mode
     tiny = args.model == "tiny"
     settings = {"model": args.model, "gguf_file": args.gguf_file,
                 "task": args.task or ("arithmetic" if tiny else "gsm8k"),

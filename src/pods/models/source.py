@@ -88,4 +88,9 @@ def resolve(name: str, gguf_file: str | None, log=print) -> str:
         from pods.models.gguf import dequantized, find_gguf
 
         return str(dequantized(find_gguf(name, gguf_file), log=log))
-    return str(Path(name).expanduser()) if is_local(name) else name
+    if is_local(name):
+        return str(Path(name).expanduser())
+    from pods.runtime.hub import check_hub_model
+
+    check_hub_model(name, log)  # no network: the cached copy, or an error in seconds
+    return name

@@ -85,6 +85,10 @@ class Source:
 def hub_rows(source: Source) -> list[dict]:
     from datasets import load_dataset
 
+    from pods.runtime.hub import before_hub_data
+
+    before_hub_data()  # no network: a cached dataset, or the error below at once
+
     files = {"data_files": {source.split: list(source.data_files)}} if source.data_files \
         else {}
     rows: list[dict] = []
