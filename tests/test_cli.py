@@ -128,13 +128,25 @@ def test_compare_and_plot(tiny_model_dir, tmp_path):
     (["eval", "tiny", "--task", "gsm8k"], "'tiny' only knows the arithmetic task"),
     (["plot", "nowhere"], "neither a run folder"),
     (["train", "--model", "no-such-org/no-such-model", "--max-steps", "1"],
-     "could not load the model 'no-such-org/no-such-model'"),
+     "--model no-such-org/no-such-model is a Hugging Face hub id, not in the local cache"),
+    (["train", "--config", "/tmp"], "/tmp is a folder, not a YAML file"),
+    (["train", "--lr", "-1e-5"], "lr=-1e-05 must be positive"),  # not "expected one
+    # argument": the value reached the config's check
 ])
 def test_bad_input_fails_fast_with_a_message(args, message):
     result = pods(*args)
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
     assert not list(Path(os.environ["PODS_CACHE"]).glob("tiny-*"))  # no model was built
+
+
+def test_an_unknown_flag_is_said_first_in_one_line():
+    result = pods("train", "--num-generations", "8")
+    assert result.returncode == 2
+    first, second = result.stderr.strip().splitlines()  # no usage block before it
+    assert first.startswith("pods train: error: unrecognized arguments: --num-generations "
+                            "8; --num-generations: pods calls it --n (rollouts generated")
+    assert second == "(`pods train --help` lists every flag)"
 
 
 def test_hard_kill_then_resume(tiny_model_dir, tmp_path):

@@ -121,7 +121,9 @@ GOOD = {"variants": {"grpo": {"n": 8, "m": 8}, "pods": {}}, "seeds": (0, 1), "ba
     ({"variants": {"grpo": {}, "a/b": {}}}, "'a/b' is not usable as a folder name"),
     ({"variants": {"grpo": {}, "..": {}}}, "'..' is not usable as a folder name"),
     ({"variants": {"grpo": {}, "pods": {"max_stesp": 3}}},
-     "variant 'pods' overrides unknown field 'max_stesp'. Did you mean max_steps"),
+     "variant 'pods' overrides unknown field 'max_stesp'; did you mean 'max_steps'"),
+    ({"variants": {"grpo": {}, "pods": {"num_generations": 64}}},  # TRL's name: as in
+     "unknown field 'num_generations'; pods calls it 'n'"),  # a YAML file or a flag
     ({"base": {"lr_rate": 1.0}}, "base overrides unknown field 'lr_rate'"),
     ({"variants": {"grpo": {}, "pods": {"seed": 3}}}, "variant 'pods' sets 'seed'"),
     ({"variants": {"grpo": {}, "pods": [1]}}, "variant 'pods' must be a mapping"),

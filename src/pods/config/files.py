@@ -26,6 +26,11 @@ def read_yaml(path: str | Path) -> tuple[Any, dict[str, int]]:
     """A YAML file's content and the line of each top-level key; a syntax error is one
     line naming the file, line and column."""
     path = Path(path)
+    if path.is_dir():
+        inside = path / "config.yaml"
+        hint = f"; a run folder's is {inside} (or continue that run: `pods train --resume " \
+               f"{path}`)" if inside.is_file() else "; pass a YAML file of config fields"
+        raise ValueError(f"{path} is a folder, not a YAML file{hint}.")
     if not path.is_file():
         raise ValueError(f"{path} does not exist.")
     text = path.read_text()

@@ -5,7 +5,6 @@ from YAML (``load_spec``) and kept in the comparison folder as ``compare.yaml``
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 import yaml
 
 from pods.config import LEAVES, TrainConfig, as_number, from_dict, load_yaml, read_yaml
+from pods.config.names import suggestion
 from pods.experiments.summary import baseline_names
 from pods.train.checks import check
 
@@ -92,11 +92,10 @@ def check_overrides(where: str, overrides: Any) -> None:
             raise ValueError(f"{where} sets {key!r}, which the comparison sets for each run "
                              "(seeds come from `seeds:`, folders from --out, tracker groups are "
                              "comparison-variant); remove it.")
-        if key not in LEAVES:
-            close = difflib.get_close_matches(str(key), LEAVES, n=3)
-            hint = f" Did you mean {', '.join(close)}?" if close else ""
-            raise ValueError(f"{where} overrides unknown field {key!r}.{hint} "
-                             f"Known fields: {', '.join(LEAVES)}.")
+        if key not in LEAVES:  # the same help as a YAML file or a flag gets
+            raise ValueError(f"{where} overrides unknown field {key!r}; "
+                             f"{suggestion(str(key), LEAVES)} (every field: `pods train "
+                             f"--help`)")
 
 
 def load_spec(path: str | Path) -> CompareSpec:
