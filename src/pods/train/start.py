@@ -10,6 +10,7 @@ from pods.config import TrainConfig
 from pods.config.recipes import describe as describe_recipe
 from pods.models.precision import Precision
 from pods.runtime.device import device_notes
+from pods.runtime.threads import choose_threads
 
 
 def check_world(prompts_per_step: int, world: int) -> None:
@@ -22,7 +23,11 @@ def check_world(prompts_per_step: int, world: int) -> None:
 
 def start_notes(config: TrainConfig, device: torch.device, precision: Precision) -> list[str]:
     """The recipe's key settings, the device (why ``auto`` chose it; a GPU recipe on a CPU
-    warned), and what the weights are stored and computed in, and why."""
-    return [describe_recipe(config),
-            *device_notes(config.run.device, device, config.run.written_for_gpu),
-            *precision.report(config.model, config.optim.bf16_updates, device)]
+    warned), what the weights are stored and computed in, and why; on a CPU whose cores
+    other work keeps busy, the threads torch runs instead (pods.runtime.threads)."""
+    notes = [describe_recipe(config),
+             *device_notes(config.run.device, device, config.run.written_for_gpu),
+             *precision.report(config.model, config.optim.bf16_updates, device)]
+    if device.type == "cpu":  # other work on the cores: fewer threads, said
+        choose_threads(notes.append)
+    return notes
