@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import types
 from dataclasses import dataclass, fields
 from functools import cache
 
@@ -113,15 +114,30 @@ class Buffers:
                        zeros(rows, new, dtype=torch.float32))
 
 
+COMPILE = {"mode": "reduce-overhead"}  # the step's torch.compile options on CUDA (graphs)
+
+
+def own_code(function):
+    """``function`` with a code object of its own. dynamo keeps its compiled entries per
+    code object, at most ``recompile_limit`` (8) of them: with one code object shared by
+    every shape, the 9th shape would decode eagerly, silently, for the rest of the process.
+    A copy per shape gives each its own cache (and the kept shapes are bounded:
+    pods.rollout.hf_decode.MAX_KEPT)."""
+    code = function.__code__.replace()  # a new code object, the same code
+    return types.FunctionType(code, function.__globals__, function.__name__,
+                              function.__defaults__, function.__closure__)
+
+
 class DecodeLoop:
     """Decoding at one shape: ``rows`` rows, prompts of ``width`` columns (left-padded),
     ``decoding.new`` tokens at most, on a static cache of ``width + new - 1`` columns, kept
     (with its buffers and its compiled step) across calls at any temperature (given to
-    ``run``). ``compiled``: the step compiled by torch.compile (mode reduce-overhead: CUDA
-    graphs), as on a CUDA GPU."""
+    ``run``). ``compiled``: the step compiled by torch.compile (True: mode reduce-overhead,
+    CUDA graphs, as on a CUDA GPU; a dict: those options, e.g. the eager backend of the
+    tests), into a code object of its own (``own_code``)."""
 
     def __init__(self, model, rows: int, width: int, decoding: Decoding,
-                 compiled: bool = False):
+                 compiled: bool | dict = False):
         new = decoding.new
         self.model, self.width = model, width
         self.pad_id, self.eos_id = decoding.pad_id, decoding.eos_id
@@ -132,9 +148,22 @@ class DecodeLoop:
         for field in fields(Buffers):  # fixed addresses: a captured step reads them in place
             torch._dynamo.mark_static_address(getattr(self.buffers, field.name))
         self.step = self._step
+        self.code = None  # the compiled step's own code object (its dynamo cache)
         if compiled:
             compile_cache()  # before the first compile reads it
-            self.step = torch.compile(self._step, mode="reduce-overhead", dynamic=False)
+            own = own_code(DecodeLoop._step)
+            self.code = own.__code__
+            self.step = torch.compile(types.MethodType(own, self), dynamic=False,
+                                      **(COMPILE if compiled is True else compiled))
+
+    def graphs(self) -> int | None:
+        """The graphs dynamo holds for this shape's step: 1 once compiled, 0 where it ran
+        eagerly (a fallback), more where it recompiled; None where not compiled."""
+        if self.code is None:
+            return None
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        return len(_debug_get_cache_entry_list(self.code))
 
     def run(self, ids: Tensor, mask: Tensor, keys: Tensor,
             temperature: float) -> tuple[Tensor, Tensor]:

@@ -27,6 +27,8 @@ dynamic cache (``--hf-compile off``, and the default on a CPU) is ``generate`` a
 
 from __future__ import annotations
 
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -89,6 +91,21 @@ class HFEngine(ModelOwnedEngine):
         if self.copy is not None:
             self.copy.refresh(model)
 
+    @property
+    def metrics(self) -> dict[str, float]:
+        """``hf/decode_fallbacks``: static shapes whose compiled decode step ran eagerly or
+        recompiled (where the engine decodes on a static cache)."""
+        return {} if self.static is None else \
+            {"hf/decode_fallbacks": float(self.static.fallbacks)}
+
+    @contextmanager
+    def asleep(self):
+        """Around the update: the static shapes the step did not sample with are dropped
+        (pods.rollout.hf_decode.StaticDecoding.park), so the update has their memory."""
+        if self.static is not None:
+            self.static.park()
+        yield
+
 
 @torch.no_grad()
 def generate(model, tokenizer, request: SamplingRequest, chunk: int, synced: bool = False,
@@ -134,10 +151,31 @@ def build(spec: EngineSpec, model, tokenizer) -> HFEngine:
     where ``hf_compile`` resolves on (``static_cache``), decoded by ``hf_decode``."""
     r = spec.rollout
     static = None
-    if static_cache(r.hf_compile, spec.device, spec.sharded):
+    sliding = sliding_layers(model)
+    if static_cache(r.hf_compile, spec.device, spec.sharded) and sliding:
+        warnings.warn(f"the hf engine decodes this model with transformers' generate on the "
+                      f"dynamic cache: its {sliding} would recompile a static cache's decode "
+                      f"step at every token (the sliding cache's length is a guarded "
+                      f"Python int).", RuntimeWarning, stacklevel=2)
+    elif static_cache(r.hf_compile, spec.device, spec.sharded):
         static = StaticDecoding(spec.max_model_len - r.max_new_tokens, r.hf_decode)
     return HFEngine(model, tokenizer, r.gen_batch_size, synced=spec.sharded, dtype=spec.dtype,
                     static=static)
+
+
+def sliding_layers(model) -> str | None:
+    """What of ``model``'s attention keeps a sliding window (transformers' static cache
+    then holds a StaticSlidingWindowLayer), or None."""
+    config = getattr(model, "config", None)
+    get = getattr(config, "get_text_config", None)
+    config = get(decoder=True) if callable(get) else config
+    types = set(getattr(config, "layer_types", None) or [])
+    if "sliding_attention" in types:
+        return "sliding-window layers"
+    if getattr(config, "sliding_window", None) and not types and \
+            getattr(config, "use_sliding_window", True):
+        return f"sliding window of {config.sliding_window} tokens"
+    return None
 
 
 def check(options, device: torch.device, sharded: bool) -> None:

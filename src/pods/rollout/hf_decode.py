@@ -9,10 +9,19 @@ left-padded to the call's longest prompt rounded up to a multiple of ``BUCKET`` 
 (never above the run's prompt limit): few shapes, and attention over few padded columns.
 Each shape's static cache (and, for the loop, its buffers and compiled step) is built at
 its first call and kept for the later ones, emptied in place between them, so that CUDA
-graphs recorded once stay valid (a new cache at every call would mean new addresses).
+graphs recorded once stay valid (a new cache at every call would mean new addresses). At
+most ``MAX_KEPT`` shapes are kept (the least recently used goes), and before each update
+``park`` drops those the step did not sample with (an evaluation's 512-row shape holds
+gigabytes of cache), so the update's automatic micro-batch sees that memory free. Each
+shape's compiled step has a code object of its own (pods.rollout.decode.own_code), so no
+shape runs eagerly for want of dynamo's per-code cache; one that does anyway is warned and
+counted (``fallbacks``).
 """
 
 from __future__ import annotations
+
+import warnings
+from collections import OrderedDict
 
 import torch
 from torch import Tensor
@@ -28,6 +37,7 @@ from pods.rollout.decode import (
 from pods.rollout.sampling import KeyedSampler
 
 BUCKET = 64  # prompt widths of the static path are multiples of it
+MAX_KEPT = 8  # shapes kept at once (each a static cache, buffers and a compiled step)
 
 
 def run_generate(model, ids: Tensor, mask: Tensor, keys: Tensor, how: Decoding,
@@ -84,11 +94,16 @@ class StaticDecoding:
     ``DecodeLoop`` or a static cache. The loop is compiled on a CUDA device only; on CUDA
     transformers compiles generate's forward pass itself."""
 
-    def __init__(self, limit: int | None, decode: str = "loop"):
+    def __init__(self, limit: int | None, decode: str = "loop", compiled: bool | dict = True):
         if decode not in HF_DECODES:
             raise ValueError(f"hf_decode={decode!r}: choose one of {', '.join(HF_DECODES)}.")
         self.limit, self.decode = limit, decode
-        self.kept: dict[tuple, object] = {}  # shape -> DecodeLoop or StaticCache
+        self.compiled = compiled  # the loop's torch.compile: True on CUDA; options (a
+        # dict: the eager backend of the tests) on any device (pods.rollout.decode)
+        self.kept: OrderedDict[tuple, object] = OrderedDict()  # shape -> DecodeLoop or
+        # StaticCache, least recently used first, at most MAX_KEPT
+        self.used: set[tuple] = set()  # the shapes used since the last ``park``
+        self.fallbacks = 0  # shapes whose compiled step ran eagerly (or recompiled)
 
     def width(self, longest: int) -> int:
         """The prompt columns of a call whose longest prompt has ``longest`` tokens."""
@@ -105,12 +120,44 @@ class StaticDecoding:
         if self.decode == "generate":
             cache = self._kept(shape, lambda: empty_static_cache(model, width + how.new - 1))
             return run_generate(model, ids, mask, keys, how, cache=cache)
-        loop = self._kept(shape, lambda: DecodeLoop(model, rows, width, how, compiled=cuda))
+        compiled = self.compiled if cuda or isinstance(self.compiled, dict) else False
+        loop = self._kept(shape, lambda: DecodeLoop(model, rows, width, how,
+                                                    compiled=compiled))
+        fresh = loop.graphs() is not None and not getattr(loop, "checked", False)
         completion, logprobs = loop.run(ids, mask, keys, how.temperature)
+        if fresh:  # the first call of a compiled shape: did it get its one graph?
+            loop.checked = True
+            self._check_graphs(loop, shape)
         return completion, logprobs if how.temperature > 0 else None
 
+    def _check_graphs(self, loop, shape: tuple) -> None:
+        graphs = loop.graphs()
+        if graphs != 1:
+            self.fallbacks += 1
+            what = "ran eagerly (no graph)" if graphs == 0 else f"made {graphs} graphs"
+            warnings.warn(f"the hf engine's decode step at shape {shape[1:4]} {what}: "
+                          f"decoding there is slower (hf/decode_fallbacks counts such "
+                          f"shapes); --hf-decode generate avoids pods's loop.",
+                          RuntimeWarning, stacklevel=3)
+
     def _kept(self, shape: tuple, build):
-        if shape not in self.kept:
-            self.kept[shape] = build()
+        self.used.add(shape)
+        if shape in self.kept:
+            self.kept.move_to_end(shape)
+            return self.kept[shape]
+        while len(self.kept) >= MAX_KEPT:  # the least recently used shape goes
+            self.kept.popitem(last=False)
+        self.kept[shape] = build()
         return self.kept[shape]
+
+    def park(self) -> int:
+        """Before an update: drop the kept shapes not used since the last park (an
+        evaluation's, a dynamic-sampling round's), their static caches and buffers with
+        them, so that the update has that memory; the shapes the step just sampled with
+        stay (rebuilding them every step would recompile). The shapes dropped."""
+        stale = [shape for shape in self.kept if shape not in self.used]
+        for shape in stale:
+            del self.kept[shape]
+        self.used = set()
+        return len(stale)
 

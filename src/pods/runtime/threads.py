@@ -5,8 +5,8 @@ of them: where another process keeps those cores busy, every region waits for th
 thread, and a step can take many times longer (the embedded default on 2 cores with another
 torch job on both: 4.4 s a step with 2 threads against 0.17 s with 1). So, at start on a
 CPU, pods reads how busy the cores it may use are now (``busy_cores``: /proc/stat over a
-quarter of a second, the cores of its affinity) and, where other work holds them, runs on the cores left
-(at least one) and says so in one line, with what to do. ``OMP_NUM_THREADS`` (or
+quarter of a second, the cores of its affinity) and, where other work holds them, runs on
+the cores left (at least one) and says so in one line, with what to do. ``OMP_NUM_THREADS`` (or
 ``PODS_THREADS``) set by the user is kept as it is.
 """
 

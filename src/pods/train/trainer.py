@@ -156,7 +156,8 @@ class Trainer:
             kept = rank_batch(pool.rollouts, chosen, self.dist.rank, self.dist.world,
                               self.device)  # this rank's kept rows [K]
         signal = bool(chosen.advantages.any()) or (kept.kept > 0 and self.cfg.loss.beta > 0)
-        metrics = {**pool.metrics, **chosen.metrics, **kept.metrics}
+        metrics = {**pool.metrics, **chosen.metrics, **kept.metrics,
+                   **getattr(self.engine, "metrics", {})}  # hf/decode_fallbacks
         return Sampled(kept, metrics, pool.lengths, pool.scores, signal)
 
     def _round(self, index: int) -> Round:
