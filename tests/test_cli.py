@@ -331,8 +331,9 @@ def test_without_the_train_extra_help_works_and_train_names_the_extra(tmp_path):
                           capture_output=True, text=True, env=env, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
-        "pods train: error: transformers is not installed; `pip install 'pods-rl[train]'` "
-        "brings it (the core install has the config, the CLI and the math of pods.core)."]
+        "pods train: error: transformers is not installed; `pip install -e '.[train]'` in "
+        "pods's clone brings it (the core install has the config, the CLI and the math of "
+        "pods.core)."]
 
 
 def _refused(argv: list[str], capsys) -> str:

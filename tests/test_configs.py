@@ -141,6 +141,50 @@ def test_gpu_setup_config_is_pinned_and_matches_its_name(path):
     assert cfg.max_steps is None and cfg.max_time > 0 and cfg.eval_size is None
 
 
+# Keys that do not shape how a run's steps are made: where it is written and named, what
+# it reports to, when it saves, how long a collective may wait, where local data lies, how
+# many sandboxes score at once, a warning, and which recipe fills keys a pinned config
+# writes anyway. Every other key of TrainConfig shapes the run (the list is derived, so a
+# new key is asked of every pinned config until it says where it stands).
+NOT_SHAPING = {"out_dir", "run_name", "report_to", "tracker_project", "tracker_group",
+               "progress", "keep_checkpoints", "checkpoint_every", "dist_timeout", "data_dir",
+               "sandbox_workers", "written_for_gpu", "recipe"}
+# keys that shape a run only where they apply
+APPLIES = {
+    "code_test_timeout": lambda c: c["task"] in CODE_TASKS,
+    "code_memory_mb": lambda c: c["task"] in CODE_TASKS,
+    "code_max_tests": lambda c: c["task"] in CODE_TASKS,
+    "code_reward": lambda c: c["task"] in CODE_TASKS,
+    "data_file": lambda c: c["task"] == "custom", "reward_fn": lambda c: c["task"] == "custom",
+    "word_levels": lambda c: c["task"] == "wordproblems",
+    "lora_alpha": lambda c: c["lora_rank"] > 0, "lora_dropout": lambda c: c["lora_rank"] > 0,
+    "lora_target_modules": lambda c: c["lora_rank"] > 0,
+    "parallelism": lambda c: c["prompts_per_step"] > 1 and "8gpu" in c["_name"],
+}
+CODE_TASKS = {"code", "mbpp", "humaneval"}
+PINNED_CONFIGS = [CONFIGS / "smollm2_gpu.yaml", CONFIGS / "smollm2_gpu_fast.yaml",
+                  *GPU_SETUPS]
+
+
+def shaping_keys(values: dict, name: str) -> set[str]:
+    """The keys of TrainConfig that shape a run of ``values`` (flat, resolved)."""
+    from pods.config import LEAVES
+
+    values = {**values, "_name": name}
+    return {key for key in LEAVES if key not in NOT_SHAPING
+            and (key not in APPLIES or APPLIES[key](values))}
+
+
+@pytest.mark.parametrize("path", PINNED_CONFIGS, ids=lambda p: p.name)
+def test_a_pinned_config_writes_every_key_that_shapes_its_run(path):
+    """A config that says it is pinned (the GPU recipes, the GPU set-ups) writes every key
+    that shapes its run, the list derived from TrainConfig: a change of pods's defaults,
+    or a new key, cannot change the run it describes."""
+    written = set(load_yaml(path))
+    resolved = from_dict(load_yaml(path)).to_dict()
+    assert sorted(shaping_keys(resolved, path.name) - written) == []
+
+
 # Every shipped config resolved by the code of 2026-11-28, before models other than the
 # embedded one got the language-model recipe: the field defaults once, then each config's
 # (each comparison variant's, at seed 0) values that differ from them. It also holds the

@@ -169,3 +169,23 @@ def test_the_gpu_guides_memory_adds_up_to_the_measured_peak():
     sums = re.findall(r"(\d+\.\d) \+ 23\.9 = (\d+\.\d)", guide)
     assert len(sums) == 6 and all(abs(float(a) + 23.9 - float(b)) <= 0.05 for a, b in sums)
     assert {a for a, _ in sums} == {cells[3].strip() for cells in rows}
+
+
+def test_the_pages_agree_on_the_numbers_a_newcomer_reads_first():
+    """`make run`'s minutes are the same on the README and the getting-started page;
+    memory is in GiB where the GPU guide gives it (the LoRA adapters' 0.45 GiB, 1.8 GiB
+    with their state, on both pages); install hints name the clone the README installs
+    from; no page says nothing has run on a GPU a few lines after a GPU figure."""
+    readme = (ROOT / "README.md").read_text()
+    start = (ROOT / "docs" / "getting-started.md").read_text()
+    minutes = re.compile(r"make run .*?\((\d+-\d+) minutes on a 2-core CPU\)")
+    assert minutes.search(readme)[1] == minutes.search(start)[1]
+    machine = (ROOT / "docs" / "guides" / "new-machine.md").read_text()
+    gpu = (ROOT / "docs" / "guides" / "gpu.md").read_text()
+    assert "0.45 GiB" in machine and "1.8 GiB" in machine and "1.8 GiB" in gpu
+    assert "0.5 GB" not in machine
+    for path in PAGES + SOURCES:
+        text = path.read_text()
+        assert "pip install 'pods-rl[" not in text, _name(path)
+        assert "None of these has run on a GPU" not in text, _name(path)
+    assert "Q4_1 GGUF" in readme  # what "from PyPI" is, where it is claimed

@@ -102,7 +102,7 @@ GPU_LIGER = torch.cuda.is_available() and importlib.util.find_spec("triton") is 
 
 
 @pytest.mark.skipif(not GPU_LIGER, reason="needs a CUDA GPU with Triton and liger-kernel "
-                                          "(pip install 'pods-rl[gpu]')")
+                                          "(pip install -e '.[gpu]')")
 def test_liger_matches_the_chunked_head_within_bf16_tolerance(tiny_model_dir):
     """Log-probs, a loss and its gradients by liger's kernels (RMSNorm, SwiGLU, RoPE and
     the fused linear log-probs) against transformers' modules and the chunked head, on a

@@ -43,7 +43,7 @@ def test_missing_tracker_fails_before_the_model_loads(monkeypatch, capsys, tmp_p
     err = capsys.readouterr().err
     assert code == 2
     assert "report_to asks for wandb, which is not installed; install with `pip install " \
-           "'pods-rl[wandb]'`" in err  # not the model's loading error: it came first
+           "-e '.[wandb]'` in pods's clone" in err  # not the model's loading error: it came first
     assert not list(tmp_path.iterdir())
 
 

@@ -57,7 +57,7 @@ def reference_engine(machine: Machine) -> str:
 
 def plan(machine: Machine, n: int, m: int) -> list[Mode]:
     """Every mode, runnable or skipped with the reason, the GRPO baseline last."""
-    no_vllm = None if machine.vllm else "vLLM is not installed (pip install 'pods-rl[vllm]')"
+    no_vllm = None if machine.vllm else "vLLM is not installed (pip install -e '.[vllm]')"
     on_gpu = None if machine.device == "cuda" else "needs a GPU"
     several = None if machine.gpus >= 2 else "needs 2+ GPUs"
     engine = reference_engine(machine)

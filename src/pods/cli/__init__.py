@@ -91,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as error:
         if error.name not in TRAIN_EXTRA:
             raise
-        print(f"pods {args.command}: error: {error.name} is not installed; `pip install "
-              f"'pods-rl[train]'` brings it (the core install has the config, the CLI and "
-              f"the math of pods.core).", file=sys.stderr)
+        print(f"pods {args.command}: error: {error.name} is not installed; `pip install -e "
+              f"'.[train]'` in pods's clone brings it (the core install has the config, the "
+              f"CLI and the math of pods.core).", file=sys.stderr)
         return 2
     except (RankFailure, CheckpointWriteError) as error:  # say where the run stands
         print(f"pods {args.command}: error: {error}", file=sys.stderr)

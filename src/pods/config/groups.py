@@ -76,7 +76,7 @@ class ModelConfig:
         "fused linear log-probs (the output head and log-softmax a chunk at a time, no "
         "logits kept) and its RMSNorm, SwiGLU and RoPE kernels on the trained model "
         "(Llama, Qwen2, Mistral and the other architectures liger-kernel patches; needs a "
-        "CUDA GPU and pip install 'pods-rl[gpu]'); torch: transformers' modules and pods's "
+        "CUDA GPU and pip install -e '.[gpu]'); torch: transformers' modules and pods's "
         "chunked head; auto: liger on a CUDA GPU where liger-kernel is installed, else "
         "torch.")
 
@@ -213,7 +213,8 @@ class RunConfig:
 class TrackingConfig:
     report_to: str = leaf("none", "Experiment trackers that also get every metric (rank 0): "
                           "none, or a comma-separated list (a list in YAML) of tensorboard, "
-                          "wandb, trackio, mlflow; each is an extra, e.g. pods-rl[wandb].")
+                          "wandb, trackio, mlflow; each is an extra, e.g. "
+                          "pip install -e '.[wandb]'.")
     project: str = leaf("pods", "Trackers: the W&B / Trackio project, MLflow experiment.",
                         "tracker_project")
     group: str | None = leaf(None, "Trackers: the run's group (pods compare sets "

@@ -20,7 +20,8 @@ SUPPORTED_TRL = (Version("1.16"), Version("1.17"))  # [low, high): the minor ver
 if not SUPPORTED_TRL[0] <= Version(trl.__version__) < SUPPORTED_TRL[1]:
     warnings.warn(f"pods.integrations.trl is tested with trl>=1.16,<1.17 and overrides TRL "
                   f"internals; found trl {trl.__version__}. Run tests/integrations/test_trl.py "
-                  f"or install pods-rl[trl].", stacklevel=2)
+                  f"or install pods with its trl extra (pip install -e '.[trl]' in its "
+                  f"clone).", stacklevel=2)
 
 @dataclass
 class PODSGRPOConfig(GRPOConfig):

@@ -74,7 +74,7 @@ def read_gguf(path: Path):
         import gguf  # noqa: F401  (transformers needs it to read the file)
     except ImportError:
         raise ValueError(f"reading {path.name} needs the gguf package: pip install gguf "
-                         f"(or pip install 'pods-rl[train]').") from None
+                         f"(or pip install -e '.[train]').") from None
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(path.parent), path.name

@@ -27,7 +27,7 @@ import warnings
 import torch
 from torch import Tensor
 
-INSTALL = "pip install 'pods-rl[gpu]'  (or: pip install liger-kernel)"
+INSTALL = "pip install -e '.[gpu]'  (or: pip install liger-kernel)"
 
 
 def liger_installed() -> bool:

@@ -9,7 +9,7 @@ is the run's start plus its training seconds, so the tracker's "relative" axis i
 time too. Only rank 0 reports. A resumed run continues the same tracker run: the ids live in
 the run folder's ``trackers.json``.
 
-Each tracker is an optional extra (``pip install 'pods-rl[wandb]'``); asking for one that is
+Each tracker is an optional extra (``pip install -e '.[wandb]'``); asking for one that is
 not installed is refused before the model loads (:func:`check_installed`).
 """
 
@@ -50,7 +50,7 @@ def check_installed(report_to: str) -> None:
         extras = ",".join(missing)
         raise ValueError(f"report_to asks for {', '.join(missing)}, which "
                          f"{'is' if len(missing) == 1 else 'are'} not installed; install "
-                         f"with `pip install 'pods-rl[{extras}]'` (or `pip install "
+                         f"with `pip install -e '.[{extras}]'` in pods's clone (or `pip install "
                          f"{' '.join(missing)}`), or drop {extras} from --report-to.")
 
 
