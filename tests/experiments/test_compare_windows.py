@@ -378,3 +378,46 @@ def test_a_compressed_bomb_is_refused_from_its_header_before_it_is_read(tmp_path
             tar.addfile(info, io.BytesIO(b"x" * 60))
     with pytest.raises(ValueError, match=r"after 1 files, 60 bytes"):
         unpack(small, tmp_path / "out")
+
+
+def test_under_torchrun_every_rank_takes_rank_0s_budget_decision(monkeypatch):
+    """Each rank's clock and read of run_times.jsonl may differ: rank 0 decides whether the
+    next run fits, and the others take its answer (a rank that started a run the others
+    skipped would wait in process-group start-up for ever)."""
+    import pods.experiments.compare as compare
+
+    monkeypatch.setattr(compare, "launched_world_size", lambda: 2)
+    sent = []
+    monkeypatch.setattr(compare, "from_main", lambda value: sent.append(value) or False)
+    asked = []
+    # rank 1: its own view would admit the run; it takes rank 0's "no" without deciding
+    assert compare.agreed(lambda: asked.append(1) or True, main=False) is False
+    assert asked == [] and sent == [None]
+    monkeypatch.setattr(compare, "from_main", lambda value: value)  # rank 0 sends its own
+    assert compare.agreed(lambda: True, main=True) is True
+    monkeypatch.setattr(compare, "launched_world_size", lambda: 1)  # one process: itself
+    assert compare.agreed(lambda: False, main=True) is False
+
+
+def test_new_seeds_are_refused_where_pods_defaults_changed_since_the_old_runs(tmp_path):
+    """The spec is the same, but the old runs resolved to another config (a default of pods
+    changed since): each key that differs is named, with the pin that keeps the old way."""
+    from pods.config import save_yaml
+
+    spec = CompareSpec(variants={"pods": {"n": 32}}, seeds=(0, 1), baseline="pods",
+                       base=SPEC.base)
+    old = spec.config("pods", 0, out_dir=str(tmp_path / "pods"), run_name="seed0")
+    write_run(tmp_path / "pods" / "seed0", [(0, 0.1), (5, 0.2)])
+    save_yaml(old.replace(update_layout="padded", lr=1e-3), tmp_path / "pods" / "seed0" /
+              "config.yaml")
+    calls = []
+    with pytest.raises(ValueError, match=r"variant 'pods': its runs in .* were made with "
+                       r"another config .*lr 0.001 -> 0.0006; update_layout 'padded' -> "
+                       r"'auto'.*Pin the old values in the spec's base \(lr: 0.001, "
+                       r"update_layout: 'padded'\)"):
+        run_compare(spec, tmp_path, lambda config: calls.append(config))
+    assert calls == []  # refused before any run trained
+    save_yaml(old, tmp_path / "pods" / "seed0" / "config.yaml")  # made the same way: pools
+    run_compare(spec, tmp_path, lambda config: calls.append(config) or write_run(
+        Path(config.run.out_dir) / config.run.run_name, [(0, 0.1), (5, 0.3)]))
+    assert [c.run.seed for c in calls] == [1]

@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from pods.experiments.summary import summarize
 from pods.experiments.timebox import TimeBox, record_time
 from pods.runs.checkpoints import latest_checkpoint
 from pods.runs.metrics import read_metrics
+from pods.runtime.distributed import launched_world_size
 from pods.runtime.machine import check_same_machine, this_machine
 
 __all__ = ["CompareSpec", "Schedule", "in_fresh_process", "is_finished", "load_spec",
@@ -70,6 +72,8 @@ def run_compare(spec: CompareSpec, out_dir: str | Path,
     if not schedule.any_machine and todo:  # before any training
         for device in {config.run.device for _, _, config in todo}:
             check_same_machine(recorded_machines(out_dir), this_machine(device))
+    if todo:  # new seeds pool with the old only where they are made the same way
+        check_same_configs(out_dir, todo)
     if time_box is not None and todo:
         for _, name, config in todo:  # a run without a time limit fails here, not later
             time_box.estimate(name, config.run.max_time)
@@ -80,7 +84,8 @@ def run_compare(spec: CompareSpec, out_dir: str | Path,
         if planned not in todo:
             say(f"[{i}/{len(runs)}] {name}/seed{seed}: already finished, skipped.")
             continue
-        if time_box is not None and not _fits(time_box, todo, todo.index(planned)):
+        if time_box is not None and not agreed(
+                partial(_fits, time_box, todo, todo.index(planned)), main):
             break
         say(f"[{i}/{len(runs)}] {name}/seed{seed}: training.")
         _train_timed(train_fn, config, out_dir / name / f"seed{seed}",
@@ -93,6 +98,39 @@ def run_compare(spec: CompareSpec, out_dir: str | Path,
     if time_box is not None:
         say(time_box.note())
     return out_dir
+
+
+# what may differ between a comparison's runs of one variant: which run it is and where
+# it reports; every other key makes the runs (a default of pods changed since the old
+# runs, say) and must be the same for runs to pool
+PER_RUN = {"seed", "run_name", "out_dir", "tracker_group", "tracker_project", "report_to",
+           "progress", "dist_timeout", "data_dir", "sandbox_workers", "keep_checkpoints",
+           "written_for_gpu"}
+
+
+def check_same_configs(out_dir: Path, todo: list[Planned]) -> None:
+    """Refuse to add runs to a variant whose finished runs resolved to another config: the
+    spec may be the same while pods's defaults changed (new runs would pool with old ones
+    made another way). Names each key that differs, and how to pin it."""
+    from pods.config.files import load_run_config
+
+    for _, name, config in todo:
+        old = next((d for d in sorted((out_dir / name).glob("seed*"))
+                    if is_finished(d) and (d / "config.yaml").is_file()), None)
+        if old is None:
+            continue
+        was = load_run_config(old / "config.yaml")
+        now = config.to_dict()
+        changed = {k: (was.get(k), v) for k, v in now.items()
+                   if k not in PER_RUN and was.get(k) != v}
+        if changed:
+            keys = "; ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items())
+            pins = ", ".join(f"{k}: {a!r}" for k, (a, _) in changed.items())
+            raise ValueError(f"variant {name!r}: its runs in {out_dir} were made with another "
+                             f"config than its new runs would be ({keys}; {old.name}'s / "
+                             f"now), most likely a default of pods changed since; the runs "
+                             f"would not pool. Pin the old values in the spec's base "
+                             f"({pins}) or compare in another --out folder.")
 
 
 def with_overrides(spec: CompareSpec, overrides: dict[str, Any]) -> CompareSpec:
@@ -119,6 +157,28 @@ def planned_runs(spec: CompareSpec, out_dir: Path, only: list[str] | None) -> li
 
 def _run_dir(out_dir: Path, planned: Planned) -> Path:
     return out_dir / planned[1] / f"seed{planned[0]}"
+
+
+def agreed(decide: Callable[[], bool], main: bool) -> bool:
+    """``decide()`` as rank 0 makes it, on every rank (under torchrun): each rank's own
+    clock and its own read of run_times.jsonl (which rank 0 appends only after its run
+    returns) could disagree, and a rank that starts a run the others skip would wait in
+    the process group's start-up for ever. One process: ``decide()``."""
+    if launched_world_size() == 1:
+        return decide()
+    return bool(from_main(decide() if main else None))
+
+
+def from_main(value):
+    """Rank 0's ``value`` on every rank, over the process group the runs use (accelerate's,
+    started here once per process where no run has started it yet)."""
+    import torch.distributed as dist
+    from accelerate import PartialState
+
+    PartialState()  # the runs' process group: init_process_group once per process
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def _fits(time_box: TimeBox, todo: list[Planned], k: int) -> bool:
