@@ -79,6 +79,7 @@ def test_gpu_names_come_from_nvidia_smi(tmp_path, monkeypatch):
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # CUDA numbers them as nvidia-smi
     assert machine.gpu_names() == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     assert machine.gpu_names() == ["NVIDIA H200"]
@@ -421,3 +422,34 @@ def test_new_seeds_are_refused_where_pods_defaults_changed_since_the_old_runs(tm
     run_compare(spec, tmp_path, lambda config: calls.append(config) or write_run(
         Path(config.run.out_dir) / config.run.run_name, [(0, 0.1), (5, 0.3)]))
     assert [c.run.seed for c in calls] == [1]
+
+
+def test_gpu_names_come_from_torch_where_nvidia_smi_cannot_say(tmp_path, monkeypatch):
+    """No nvidia-smi (a container without it), a MIG instance, or GPUs of two kinds in
+    CUDA's own order: the names come from a short process that asks torch, as runs record
+    them, so a run made on this very machine is not refused as another's."""
+    asked = []
+
+    def probe(command, **kwargs):
+        asked.append(command)
+        return type("Done", (), {"stdout": "NVIDIA H200\n"})()
+
+    machine._torch_names.cache_clear()
+    monkeypatch.setattr(machine.subprocess, "run", probe)
+    monkeypatch.setattr(machine.shutil, "which", lambda tool: None)  # no nvidia-smi
+    assert machine.gpu_names() == ["NVIDIA H200"] and machine.PROBE in asked[0]
+    machine.gpu_names()
+    assert len(asked) == 1  # asked once per process
+    machine._torch_names.cache_clear()
+    monkeypatch.undo()  # the real subprocess.run again, for nvidia-smi
+    tool = tmp_path / "nvidia-smi"
+    tool.write_text("#!/bin/sh\necho '0, GPU-aaa1, NVIDIA H100 80GB HBM3'\n"
+                    "echo '1, GPU-bbb2, NVIDIA H200'\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(machine.shutil, "which", lambda name: str(tool))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-4f2c1a77-8e0b-5d34-9a1e-1b2c3d4e5f60")
+    assert machine._smi_names() is None  # a MIG instance: torch names it
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    assert machine._smi_names() is None  # two kinds, CUDA's fastest-first order
+    machine._torch_names.cache_clear()

@@ -23,6 +23,8 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -104,24 +106,57 @@ def gpu_fields(name: str) -> dict[str, Any]:
 
 
 def gpu_names() -> list[str]:
-    """The names of the GPUs this process may use (``CUDA_VISIBLE_DEVICES`` by index or
-    UUID), from ``nvidia-smi``: no CUDA context is made. [] without the tool or a GPU."""
+    """The names of the GPUs this process may use, as runs record them
+    (``torch.cuda.get_device_name``): from ``nvidia-smi`` where it can say
+    (``CUDA_VISIBLE_DEVICES`` by index or UUID; no CUDA context is made here), else from a
+    short process that starts CUDA and asks torch (no nvidia-smi, MIG instances, ROCm, or
+    GPUs of several kinds numbered by CUDA's order rather than nvidia-smi's). [] without a
+    GPU."""
+    names = _smi_names()
+    return _torch_names() if names is None else names
+
+
+def _smi_names() -> list[str] | None:
+    """``gpu_names`` from nvidia-smi, or None where it cannot tell them as torch would."""
+    import torch
+
     tool = shutil.which("nvidia-smi")
-    if tool is None:
-        return []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if tool is None or torch.version.hip is not None or "MIG-" in (visible or ""):
+        return None
     try:
         out = subprocess.run([tool, "--query-gpu=index,uuid,name", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=60, check=True).stdout
     except (OSError, subprocess.SubprocessError):
-        return []
+        return None
     gpus = [[part.strip() for part in line.split(",", 2)] for line in out.splitlines()
             if line.count(",") >= 2]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if len({name for _, _, name in gpus}) > 1 and \
+            os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+        return None  # CUDA numbers the fastest first, nvidia-smi by bus: ask torch
     if visible is None:
         return [name for _, _, name in gpus]
     wanted = [v.strip() for v in visible.split(",") if v.strip()]
-    return [name for want in wanted for index, uuid, name in gpus
-            if want in (index, uuid) or (want.startswith("GPU-") and uuid.startswith(want))]
+    names = [name for want in wanted for index, uuid, name in gpus
+             if want in (index, uuid) or (want.startswith("GPU-") and uuid.startswith(want))]
+    return names if len(names) == len(wanted) else None
+
+
+PROBE = ("import torch\n"
+         "for i in range(torch.cuda.device_count()):\n"
+         "    print(torch.cuda.get_device_name(i))\n")
+
+
+@lru_cache(maxsize=1)
+def _torch_names() -> list[str]:
+    """The visible GPUs' names from torch itself, in a short process of its own (once per
+    process: this one keeps no CUDA context, which the runs' processes need)."""
+    try:
+        out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                             timeout=120, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
 
 
 def this_machine(device: str) -> dict[str, Any]:
