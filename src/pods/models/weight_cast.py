@@ -28,6 +28,8 @@ from functools import partial
 import torch
 from torch import Tensor
 
+from pods.runtime.grad_buckets import GradBuckets
+
 
 class WeightCast:
     """A ``dtype`` copy of ``model`` (a transformers causal LM, float32 weights) to train
@@ -49,10 +51,11 @@ class WeightCast:
                              f"{sorted(ours.keys() ^ masters.keys())[:3]}; use "
                              f"--weight-cast matmul.")
         self.pairs = [(p, masters[name]) for name, p in ours.items()]  # (bf16, float32)
+        self.buckets = GradBuckets([m for _, m in self.pairs if m.requires_grad])
         for p, master in self.pairs:
             p.requires_grad_(master.requires_grad)
             if master.requires_grad:
-                p.register_post_accumulate_grad_hook(partial(_to_master, master))
+                p.register_post_accumulate_grad_hook(partial(self._to_master, master))
         self.refresh()
 
     @torch.no_grad()
@@ -62,27 +65,30 @@ class WeightCast:
             p.copy_(master)
         self.module.train(self.model.training)
 
-    def all_reduce(self, world: int) -> None:
-        """Average the masters' gradients over ``world`` data-parallel ranks, as DDP would
-        (it does not see gradients made on the copy)."""
-        import torch.distributed as dist
+    def arm_reduce(self, world: int) -> None:
+        """Under DDP: the next backward (the last micro-batch's) makes the final gradients;
+        average them over ``world`` ranks in buckets as they come (pods.runtime.grad_buckets:
+        DDP does not see gradients made on the copy), overlapping the backward."""
+        self.buckets.arm(world)
 
-        grads = [m.grad for _, m in self.pairs if m.grad is not None]
-        for work in [dist.all_reduce(g, async_op=True) for g in grads]:
-            work.wait()
-        torch._foreach_div_(grads, float(world))
+    def all_reduce(self, world: int) -> None:
+        """After that backward: the buckets not yet launched, then every average in place."""
+        if not self.buckets.armed:
+            self.buckets.arm(world)
+        self.buckets.finish()
+
+    def _to_master(self, master: Tensor, p: Tensor) -> None:
+        """``p``'s accumulated (bf16) gradient added into ``master``'s float32 one, and
+        freed; under an armed reduce, ``master``'s gradient is then final."""
+        if master.grad is None:
+            master.grad = p.grad.to(master.dtype)
+        else:
+            master.grad.add_(p.grad)
+        p.grad = None
+        self.buckets.ready(master)
 
 
 def checkpointed(model) -> bool:
     """Whether ``model`` recomputes activations in the backward pass (transformers marks
     the modules it checkpoints ``gradient_checkpointing = True``)."""
     return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
-
-
-def _to_master(master: Tensor, p: Tensor) -> None:
-    """``p``'s accumulated (bf16) gradient added into ``master``'s float32 one, and freed."""
-    if master.grad is None:
-        master.grad = p.grad.to(master.dtype)
-    else:
-        master.grad.add_(p.grad)
-    p.grad = None

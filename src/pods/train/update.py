@@ -216,6 +216,8 @@ def _update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
                 loss, stats = loss_fn(
                     logp, None if old is None else take(old), adv, kept_part,
                     ref_logp=None if ref is None else take(ref), normalizer=normalizer)
+                if cast is not None and dist.world > 1 and i == len(parts) - 1:
+                    cast.arm_reduce(dist.world)  # its gradients averaged as they come
                 dist.backward(loss)
             logged.append((loss.detach(), stats, kept_part.sum(), first))
         kept_tokens = max(keep.sum().item(), 1)
