@@ -10,8 +10,8 @@ import pods.check.run as check_run
 from pods.check.modes import Machine, Mode, fsdp2_support, plan
 from pods.cli import main
 
-TINY = ["check", "--model", "tiny", "--steps", "2", "--n", "4", "--m", "2",
-        "--prompts-per-step", "2", "--eval-size", "4", "--max-new-tokens", "4"]
+TINY = ["check", "--model", "tiny", "--steps", "4", "--n", "4", "--m", "2",
+        "--prompts-per-step", "8", "--eval-size", "4", "--max-new-tokens", "4"]
 
 
 def _by_name(modes):
@@ -72,7 +72,7 @@ def test_check_tiny_on_cpu(quiet_modes, tmp_path, capsys):
     assert rows["ddp"]["reason"] == "needs 2+ GPUs"
     for name in ("hf-full", "hf-lora", "grpo-2/2"):
         row = rows[name]
-        assert row["steps"] == 2  # auto on a CPU: float32 through and through
+        assert row["steps"] == 4  # auto on a CPU: float32 through and through
         assert row["precision"] == "float32 weights, float32 compute"
         assert row["step_s"] > 0 and row["phases_s"]["generate"] > 0
         assert row["memory_mb"]["peak_rss_mb"] > 0 and row["eval_accuracy"] is not None
@@ -153,3 +153,18 @@ def test_the_report_says_what_bounds_a_sandbox():
                                     "no unshare; total memory: one process per sandbox "
                                     "(RLIMIT_NPROC)")
     assert sandbox_line({}) == "sandbox (code tasks): not probed"
+
+
+def test_step_times_count_only_steps_that_updated(tmp_path):
+    """A step whose groups had no reward variance skips the update: its time is not a
+    step's, so neither it nor the first step enters the seconds per step; with none left
+    the ratio is not measured, and the line says why."""
+    from pods.check.report import measure, ratio_line
+    from pods.runs.metrics import MetricsWriter
+
+    w = MetricsWriter(tmp_path / "metrics.jsonl")
+    for step, (seconds, skipped) in enumerate([(9.0, 0), (1.0, 1), (4.0, 0), (1.0, 1)], 1):
+        w.write({"kind": "step", "step": step, "time/step": seconds, "optim/skipped": skipped})
+    w.close()
+    assert measure(tmp_path)["step_s"] == 4.0  # step 3 alone
+    assert "no step after the first updated" in ratio_line(None)

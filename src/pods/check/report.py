@@ -20,12 +20,15 @@ def _mean(values: list[float]) -> float | None:
 
 
 def measure(run_dir: Path) -> dict[str, Any]:
-    """Steps done, seconds per step and per phase, peak memory, the engine/trainer
-    log-prob gap (engines that return their log-probs) and the last test accuracy."""
+    """Steps done, seconds per step and per phase (over the steps after the first that
+    updated; None where none did), peak memory, the engine/trainer log-prob gap (engines
+    that return their log-probs) and the last test accuracy."""
     path = run_dir / "metrics.jsonl"
     records = read_metrics(path) if path.is_file() else []
     steps = [r for r in records if r.get("kind") == "step"]
-    timed = steps[1:] or steps
+    # timed: the steps after the first that updated (a step whose groups had no reward
+    # variance skips the update, and its time is not a step's)
+    timed = [r for r in steps[1:] if not r.get("optim/skipped")]
     evals = [r for r in records if r.get("kind") == "eval" and "eval/accuracy" in r]
     gaps = [r["rollout/logprob_gap"] for r in steps if "rollout/logprob_gap" in r]
     return {
@@ -69,7 +72,9 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def ratio_line(ratio: dict[str, Any] | None) -> str:
     if not ratio:
-        return "step-time ratio: not measured (n == m, or a side did not pass)"
+        return ("step-time ratio: not measured (n == m, a side did not pass, or no step after "
+                "the first updated on a side: a step without reward variance skips the "
+                "update, so its time is not a step's; raise --steps)")
     return (f"step-time ratio PODS {ratio['pods']} : GRPO {ratio['grpo']} = "
             f"{ratio['value']:.2f} ({ratio['pods_s']:.3f} s : {ratio['grpo_s']:.3f} s per "
             f"step, {ratio['mode']})")

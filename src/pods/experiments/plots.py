@@ -40,10 +40,28 @@ def plot_run(run_dir: str | Path) -> Path:
            "test accuracy (%)", "eval records")
     _panel(right, [r["time"] for r in steps], [r["rollout/reward_mean"] for r in steps],
            "mean training reward", "step records")
+    sampling = _sampling(run_dir)
+    left.set_title(f"held-out problems, {sampling[0]}", fontsize="medium")
+    right.set_title(f"the step's rollouts, {sampling[1]} (another scale: not comparable "
+                    f"to the left)", fontsize="medium")
     fig.suptitle(run_dir.resolve().name)
     path = run_dir / "curve.png"
     fig.savefig(path, dpi=100)
     return path
+
+
+def _sampling(run_dir: Path) -> tuple[str, str]:
+    """How the run's evaluations and rollouts sampled, from its config.yaml, in words."""
+    try:
+        from pods.config.files import load_run_config
+
+        c = load_run_config(run_dir / "config.yaml")
+    except (OSError, ValueError):
+        return "evaluated", "sampled"
+    t, repeats = c["eval_temperature"], c["eval_repeats"]
+    evaluated = "greedy" if t == 0 else f"sampled at T={t:g}"
+    return (f"{evaluated}, {repeats} sample{'s' if repeats != 1 else ''} each",
+            f"sampled at T={c['temperature']:g}")
 
 
 def _panel(ax, x: list[float], y: list[float], ylabel: str, what: str) -> None:
@@ -73,6 +91,8 @@ def plot_compare(curves: Mapping[str, CurveData], path: str | Path,
     for ax, (panel_curves, xlabel) in zip(np.atleast_1d(fig.subplots(1, len(panels))), panels,
                                           strict=True):
         _compare_panel(ax, panel_curves, baseline if baseline in panel_curves else None, xlabel)
+    fig.suptitle(f"{Path(path).resolve().parent.name}: mean test accuracy over seeds (band: "
+                 f"95% interval of the mean, ±1.96 SEM)", fontsize="medium")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
@@ -101,7 +121,7 @@ def _compare_panel(ax, curves: Mapping[str, CurveData], baseline: str | None,
     ax.set_ylabel("test accuracy (%)")
     ax.grid(alpha=0.3)
     if curves:
-        ax.legend(loc="lower right")
+        ax.legend(loc="best", framealpha=0.85)  # where it covers the fewest points
 
 
 # a variant's runs, each drawn as it is: [(label, times [k_i], accuracies [k_i] in [0, 1])]

@@ -16,48 +16,63 @@ from pods.runtime.machine import on_gpu, speed_differences, speed_fields
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """The summary as a markdown table: accuracies in %, times in seconds; per baseline B the
-    time to B's peak, the speed-up over B, the optimizer steps to B's peak and the steps
-    ratio (each ratio with its 95% interval over seeds and verdict), and the probability
-    of ending above B."""
+    """The summary as markdown, what a reader needs first, then the rest: per variant the
+    peak and final accuracy and, per baseline B, the speed-up over B (with its 95%
+    interval over seeds and verdict) and the end accuracy's paired difference from B;
+    then "Details": the times to the peaks, the optimizer steps to B's peak and their
+    ratio, the probability of ending above B, and the phase times and memory (all of it
+    also in summary.json)."""
     baselines = list(rows[0].get("vs") or {}) if rows else []
-    head = ["variant", "seeds", "peak acc (%)", "time to peak (s)"]
+    at_start = {r["variant"]: r["time_to_peak"] == 0 for r in rows}
+    head = ["variant", "seeds", "peak acc (%)", "final acc (%)"]
+    detail = ["variant", "time to peak (s)"]
     for base in baselines:
-        head += [f"time to {base} peak (s)", f"speed-up vs {base} [95% CI]",
-                 f"steps to {base} peak", f"steps ratio vs {base} [95% CI]",
-                 f"P(end above {base}) [95% CI]",
+        head += [f"speed-up vs {base} [95% CI]",
                  f"end acc - {base}, paired by seed (points) [95% CI]"]
-    head += ["final acc (%)", "s/step", "generate s/step", "update s/step",
-             "completion len (tokens)", "peak RSS (MB)", "peak GPU (MB)"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        detail += [f"time to {base} peak (s)", f"steps to {base} peak",
+                   f"steps ratio vs {base} [95% CI]", f"P(end above {base}) [95% CI]"]
+    detail += ["s/step", "generate s/step", "update s/step", "completion len (tokens)",
+               "peak RSS (MB)", "peak GPU (MB)"]
+    main, more = [_row(head)], [_row(detail)]
+    main.append("|" + "---|" * len(head))
+    more.append("|" + "---|" * len(detail))
     for r in rows:
         cells = [r["variant"], str(r["seeds"]), num(100 * r["peak_acc"], ".1f"),
-                 num(r["time_to_peak"], ".1f") + (" (last eval)" if r.get("peak_at_last_eval")
-                                                   else "")]
+                 num(100 * r["final_acc"], ".1f")]
+        extra = [r["variant"], num(r["time_to_peak"], ".1f") + (
+            " (last eval)" if r.get("peak_at_last_eval") else "")]
         for base in baselines:
             v = r["vs"][base]
-            cells += [num(v["time_to_peak"], ".1f", "never"),
-                      ratio_cell(v, "time_to_peak", "speedup", "verdict"),
-                      num(v["steps_to_peak"], ".0f", "never"),
-                      ratio_cell(v, "steps_to_peak", "steps_ratio", "steps_verdict"),
-                      num(v["p_better_at_end"], ".2f") + ci_cell(v, "p_better_at_end_ci95"),
+            why = f"{base}'s peak was its start" if at_start.get(base) else "reached at 0 s"
+            cells += [ratio_cell(v, "time_to_peak", "speedup", "verdict", why),
                       paired_cell(v)]
-        cells += [num(100 * r["final_acc"], ".1f"), num(r["sec_per_step"], ".3f"),
-                  num(r["generate_sec"], ".3f"), num(r["update_sec"], ".3f"),
-                  num(r.get("completion_len"), ".1f"), num(r["peak_mem_mb"], ".0f"),
-                  num(r["peak_gpu_mb"], ".0f")]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+            extra += [num(v["time_to_peak"], ".1f", "never"),
+                      num(v["steps_to_peak"], ".0f", "never"),
+                      ratio_cell(v, "steps_to_peak", "steps_ratio", "steps_verdict",
+                                 "reached at step 0"),
+                      num(v["p_better_at_end"], ".2f") + ci_cell(v, "p_better_at_end_ci95")]
+        extra += [num(r["sec_per_step"], ".3f"), num(r["generate_sec"], ".3f"),
+                  num(r["update_sec"], ".3f"), num(r.get("completion_len"), ".1f"),
+                  num(r["peak_mem_mb"], ".0f"), num(r["peak_gpu_mb"], ".0f")]
+        main.append(_row(cells))
+        more.append(_row(extra))
+    return "\n".join(main) + "\n\n### Details\n\n" + "\n".join(more) + "\n"
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
 
 
 def num(x: float | None, fmt: str, none: str = "-") -> str:
     return none if x is None else format(x, fmt)
 
 
-def ratio_cell(v: dict[str, Any], reach: str, ratio: str, verdict: str) -> str:
-    """"2.10x [1.40, 3.00] faster"; "never" or "n/a" (a zero time) without an estimate."""
+def ratio_cell(v: dict[str, Any], reach: str, ratio: str, verdict: str,
+               why: str = "a zero time") -> str:
+    """"2.10x [1.40, 3.00] faster"; "never", or "n/a" and ``why`` (a zero time: no ratio)
+    without an estimate."""
     if v[reach] is not None and v[ratio] is None:
-        return "n/a"
+        return f"n/a ({why})"
     text = "never" if v[reach] is None else f"{v[ratio]:.2f}x"
     return text + ci_cell(v, f"{ratio}_ci95") + (f" {v[verdict]}" if v[verdict] else "")
 
