@@ -6,6 +6,9 @@ rows, for each decoding path of ``PATHS``. A call's seconds over its decoding st
 completions' width: a row ends early only on eos, 1 in V a token); the first call of a
 shape (the compile, on a static cache) is timed apart. Cells run in ``ORDER`` (the new
 path at the comparison's 256 rows first), each only with time left of the section's share.
+On the static paths each row also counts what only a GPU shows: the graphs of each kept
+shape's step, the shapes that fell back, dynamo's graph breaks (with liger-kernel's modules
+on the model: ``loop+liger``), and the static caches' GiB held before and during an update.
 """
 
 from __future__ import annotations
@@ -33,8 +36,11 @@ PATHS = {  # name: the rollout config's flat keys
     # static cache, its decoding step compiled to CUDA graphs
     "loop": {"hf_compile": "on", "hf_decode": "loop"},  # pods's own decode loop, one
     # captured graph a step
+    "loop+liger": {"hf_compile": "on", "hf_decode": "loop"},  # the same, on a model with
+    # liger-kernel's RMSNorm, SwiGLU and RoPE (as the update patches the sampling copy)
 }
-ORDER = [("loop", 256), ("dynamic", 256), ("static generate", 256), ("loop", 1024),
+ORDER = [("loop", 256), ("dynamic", 256), ("static generate", 256), ("loop+liger", 256),
+         ("loop", 1024),
          ("loop", 64), ("dynamic", 64), ("dynamic", 1024), ("static generate", 64),
          ("static generate", 1024)]
 PROMPT, NEW = 40, 128
@@ -60,6 +66,16 @@ def cell(path: str, rows: int, model, tokenizer, dev, args) -> dict:
     keys = PATHS[path]
     if missing_keys(keys):
         return {"error": f"{UNAVAILABLE} (no {', '.join(missing_keys(keys))})"}
+    if path == "loop+liger":
+        import copy
+        import importlib.util
+
+        if dev.type != "cuda" or importlib.util.find_spec("liger_kernel") is None:
+            return {"error": "needs a CUDA GPU and liger-kernel"}
+        from pods.models.kernels import use_kernels
+
+        model = copy.deepcopy(model)
+        use_kernels(model, "liger", strict=True)
     engine = engine_for(model, tokenizer, keys, rows, args.new, args.prompt, dev)
     ids = torch.randint(2, model.config.vocab_size, (rows, args.prompt),
                         generator=torch.Generator().manual_seed(rows))
@@ -73,10 +89,41 @@ def cell(path: str, rows: int, model, tokenizer, dev, args) -> dict:
         sync(dev)
         return time.perf_counter() - start, out.completion_ids.shape[1]
 
+    from torch._dynamo.utils import counters
+
+    counters.clear()
     first, steps = call()  # the first call of this shape: the compile, then the call
     seconds, steps = call()
     return {"first_s": first, "ms_step": 1000 * seconds / max(steps, 1), "steps": steps,
-            "tok_s": rows * steps / seconds}
+            "tok_s": rows * steps / seconds, **static_facts(engine, counters)}
+
+
+def static_facts(engine, counters) -> dict:
+    """What only a GPU shows of the static path, counted: the compiled graphs of each kept
+    shape's step (1 each: none ran eagerly), the shapes that fell back, dynamo's graph
+    breaks, and the GiB of static caches held before and after ``asleep`` (the update)."""
+    static = getattr(engine, "static", None)
+    if static is None:
+        return {}
+    graphs = [loop.graphs() for loop in static.kept.values() if hasattr(loop, "graphs")]
+    held = cache_bytes(static) / 2**30
+    with engine.asleep():
+        static.used = set()  # as after a step that sampled at no kept shape: all parked
+        parked = cache_bytes(static) / 2**30
+    return {"graphs": graphs, "fallbacks": static.fallbacks,
+            "graph_breaks": sum(counters["graph_break"].values()),
+            "held_gib": held, "held_in_update_gib": parked}
+
+
+def cache_bytes(static) -> int:
+    """Bytes of the static KV caches the kept shapes hold."""
+    total = 0
+    for kept in static.kept.values():
+        cache = getattr(kept, "cache", kept)
+        for layer in getattr(cache, "layers", []):
+            for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+                total += t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
+    return total
 
 
 def main() -> None:

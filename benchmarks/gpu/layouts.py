@@ -5,7 +5,9 @@ memory), at the paper's GSM8K and MATH shapes (P = 1, m = 16 and 8; the ragged l
 benchmarks/update/layouts.py: a prompt of 150-250 tokens, completions ~ N(250, 80) in
 [20, 512], a tenth cut at 512), on Qwen2.5-1.5B's architecture (random weights). Each row:
 seconds of one update (median of 3 after a warm-up), peak GiB allocated during it, the
-positions the passes processed and what padded would have, and the micro-batch chosen.
+positions the passes processed and what padded would have, and the micro-batch chosen from
+free memory at step 1 and at a later step (the same where the optimizer's state is not
+counted twice).
 The kernel under the packed layouts is torch's scaled_dot_product_attention on the two
 dense problems of pods.models.packing (flash or memory-efficient attention on CUDA)."""
 
@@ -44,15 +46,19 @@ def row(trainer, rows, dev, args) -> dict:
     kept.prompt_mask, kept.completion_mask = rows.prompt_mask.to(dev), \
         rows.completion_mask.to(dev)
     step = trainer_step(trainer, batch)
+    trainer.before_step = (trainer.clock.seconds, None)
+    first = trainer.update(batch)  # step 1: the micro-batch before the optimizer's state
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     seconds = timed(step, dev, args.repeats)
     trainer.before_step = (trainer.clock.seconds, None)
-    record = trainer.update(batch)  # one more, for its record
+    record = trainer.update(batch)  # a later step (5 and up): the micro-batch beside it
     return {"seconds": seconds, "positions": record.get("update/positions"),
             "padded_positions": record.get("update/padded_positions"),
             "micro_batch_tokens": record.get("optim/micro_batch_tokens"),
             "micro_batch_size": record.get("optim/micro_batch_size"),
+            "micro_batch_step1": first.get("optim/micro_batch_tokens",
+                                           first.get("optim/micro_batch_size")),
             "peak_gib": torch.cuda.max_memory_allocated(dev) / 2**30
             if dev.type == "cuda" else None}
 

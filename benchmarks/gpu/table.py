@@ -31,9 +31,12 @@ def table(report: dict) -> str:
     decode = s.get("decode", {}).get("rows", [])
     if decode:
         lines += ["", "| decode (SmolLM2-135M arch.) | rows | ms a step | tok/s | steps | "
-                  "first call s | note |", "|---|---|---|---|---|---|---|"]
+                  "first call s | graphs a shape | fallbacks | graph breaks | cache GiB, "
+                  "in the update | note |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['path']} | {r['rows']} | {_n(r, 'ms_step', '{:.2f}')} | "
                   f"{_n(r, 'tok_s')} | {_n(r, 'steps')} | {_n(r, 'first_s', '{:.1f}')} | "
+                  f"{r.get('graphs', '-')} | {_n(r, 'fallbacks')} | {_n(r, 'graph_breaks')} | "
+                  f"{_n(r, 'held_gib', '{:.2f}')}, {_n(r, 'held_in_update_gib', '{:.2f}')} | "
                   f"{r.get('error', '')} |" for r in decode]
     lines += _layouts(s.get("layouts", {}).get("rows", []))
     for name, text in (("default", _default), ("tests", _tests)):
@@ -49,11 +52,12 @@ def _layouts(rows: list[dict]) -> list[str]:
         return []
     padded = {r["shape"]: r for r in rows if r.get("layout") == "padded" and "seconds" in r}
     out = ["", "| layouts | shape | layout | positions | update s | / padded | peak GiB | "
-           "micro-batch | note |", "|---|---|---|---|---|---|---|---|---|"]
+           "micro-batch step 1 -> later | note |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         base = padded.get(r.get("shape"))
         ratio = f"{r['seconds'] / base['seconds']:.2f}x" if base and "seconds" in r else "-"
-        micro = r.get("micro_batch_tokens") or r.get("micro_batch_size") or "-"
+        micro = f"{r.get('micro_batch_step1') or '-'} -> " \
+            f"{r.get('micro_batch_tokens') or r.get('micro_batch_size') or '-'}"
         out.append(f"| {r['model']} | {r.get('shape', '-')} | {r.get('layout', '-')} | "
                    f"{_n(r, 'positions', '{:.0f}')} | {_n(r, 'seconds', '{:.3f}')} | {ratio} | "
                    f"{_n(r, 'peak_gib', '{:.1f}')} | {micro} | {r.get('error', '')} |")

@@ -67,6 +67,9 @@ def test_the_check_runs_every_section_on_a_cpu_within_its_share(tmp_path):
             assert row["error"].startswith("not available in this checkout")
         else:
             assert row["ms_step"] > 0 and row["steps"] == 8
+        if row["path"] != "dynamic" and "error" not in row:  # a static cache: counted
+            assert row["held_gib"] > 0 and row["held_in_update_gib"] == 0  # parked
+            assert row["fallbacks"] == 0 and row["graph_breaks"] == 0
     assert s["default"]["rows"][0]["steps"] == 1
     (run,) = s["recipe"]["rows"]
     assert run["recipe"] == "smollm2_gpu" and run["steps"] == 2 and "error" not in run
