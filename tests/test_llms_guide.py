@@ -63,4 +63,7 @@ def test_the_guides_hub_commands_resolve_to_the_language_model_recipe(chat_model
     assert main([*evaluate, "--data-dir", str(DATA), "--json"]) == 0
     _, cfg = _config(requests[0])
     assert requests[0].tasks == ("math", "amc23") and cfg.rollout.max_new_tokens == 512
-    assert (requests[0].repeats, requests[0].temperature) == (5, 0.9)  # the paper's protocol
+    from pods.cli.evaluate import _protocol
+
+    assert (requests[0].repeats, requests[0].temperature) == (None, None)  # not given: a
+    assert _protocol(requests[0], cfg, run=False) == (0.9, 5)  # model, the paper's protocol

@@ -23,7 +23,7 @@ def test_auto_is_vllm_only_on_a_gpu_with_vllm_installed(monkeypatch):
 
 def test_vllm_without_vllm_says_what_to_install(monkeypatch):
     monkeypatch.setattr(pods.rollout.vllm, "installed", lambda: False)
-    with pytest.raises(ValueError, match=r"pods-rl\[vllm\].*make vllm-env"):
+    with pytest.raises(ValueError, match=r"pip install -e '\.\[vllm\]'.*make vllm-env"):
         resolve_engine(RolloutConfig(engine="vllm"), CPU)
 
 

@@ -29,10 +29,11 @@ KEYWORD = "pods_packing"  # the model's keyword argument that carries the Packin
 
 
 def packed_attention_forward(module, query: Tensor, key: Tensor, value: Tensor,
-                             attention_mask, dropout: float = 0.0, scaling: float | None = None,
-                             **kwargs) -> tuple[Tensor, None]:
+                             attention_mask, **kwargs) -> tuple[Tensor, None]:
     """transformers' attention-function signature: query [1, Hq, T, d], key and value
-    [1, Hkv, T, d] of the stream; returns [1, T, Hq, d]."""
+    [1, Hkv, T, d] of the stream (``dropout`` and ``scaling`` among ``kwargs``, as the
+    attention modules pass them); returns [1, T, Hq, d]."""
+    dropout, scaling = kwargs.get("dropout", 0.0), kwargs.get("scaling")
     packing = kwargs.get(KEYWORD)
     if packing is None:
         raise RuntimeError(f"attention {NAME!r} was called without {KEYWORD}=: it computes "

@@ -34,17 +34,13 @@ class Packing:
     """The stream of one micro-batch and the indices its attention and head need. A plain
     class (not a dataclass): DDP and FSDP pass it to the model untouched."""
 
-    def __init__(self, input_ids: Tensor, position_ids: Tensor, prompt_index: Tensor,
-                 prompt_valid: Tensor, row_index: Tensor, row_valid: Tensor,
-                 row_group: Tensor, predictors: Tensor):
-        self.input_ids = input_ids  # [1, T] the stream
-        self.position_ids = position_ids  # [1, T]
-        self.prompt_index = prompt_index  # [G, Pmax] stream index of each prompt token (0 at
-        # padding)
-        self.prompt_valid = prompt_valid  # [G, Pmax] bool
-        self.row_index = row_index  # [R, Cmax] stream index of each completion token
-        self.row_valid = row_valid  # [R, Cmax] bool
-        self.row_group = row_group  # [R] the group whose prompt row r continues
+    def __init__(self, stream: tuple[Tensor, Tensor], prompts: tuple[Tensor, Tensor],
+                 rows: tuple[Tensor, Tensor, Tensor], predictors: Tensor):
+        self.input_ids, self.position_ids = stream  # [1, T] the stream and its positions
+        self.prompt_index, self.prompt_valid = prompts  # [G, Pmax] stream index of each
+        # prompt token (0 at padding), and whether it is one (bool)
+        self.row_index, self.row_valid, self.row_group = rows  # [R, Cmax] stream index of
+        # each completion token, whether it is one; [R] the group whose prompt row r continues
         self.predictors = predictors  # [N] the stream position whose output predicts each
         # completion token, in row-major order of the micro-batch's completion mask
         self._masks: dict[str, Tensor] = {}
@@ -127,9 +123,9 @@ def pack(prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
     last_prompt = (gstart + glen - 1)[row_group]  # [R] stream index of each row's last
     # prompt token: it predicts the completion's first token
     predict = torch.where(row_index > rstart[:, None], row_index - 1, last_prompt[:, None])
-    return Packing(torch.cat([prompt_tokens, completion_tokens]).unsqueeze(0),
-                   positions.unsqueeze(0), prompt_index, prompt_valid, row_index, row_valid,
-                   row_group, predict[row_valid])
+    return Packing((torch.cat([prompt_tokens, completion_tokens]).unsqueeze(0),
+                    positions.unsqueeze(0)), (prompt_index, prompt_valid),
+                   (row_index, row_valid, row_group), predict[row_valid])
 
 
 def _first_rows(group: Tensor, groups: int) -> Tensor:

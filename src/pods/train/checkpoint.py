@@ -46,3 +46,15 @@ def restore_rng_states(states: dict[str, Any], prompt_rng, select_gen: torch.Gen
     select_gen.set_state(states["select"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def load_weights(model, checkpoint: Path, cfg, device) -> None:
+    """The weights of ``checkpoint`` into ``model`` (of model config ``cfg``); a checkpoint
+    of another model is refused."""
+    from pods.models.policy import load_saved_policy
+
+    saved = load_saved_policy(checkpoint / "model", cfg.name, device, cfg)[0]
+    missing = model.load_state_dict(saved.state_dict(), strict=False).missing_keys
+    if any(p.requires_grad for n, p in model.named_parameters() if n in missing):
+        raise ValueError(f"{checkpoint} does not match this run's model; resume it with "
+                         f"the config it was trained with.")

@@ -72,3 +72,6 @@ class Progress:
     def close(self) -> None:
         self.bar.close()
 
+
+def silent(*args, **kwargs) -> None:
+    """The log of ranks other than 0."""

@@ -23,7 +23,7 @@ from pods.core.rollout_inputs import completion_lengths, rule_inputs
 from pods.core.selection import select
 from pods.evaluation import Sampling, eval_slice, evaluate
 from pods.models.kernels import update_kernels
-from pods.models.policy import load_policy, load_reference, load_saved_policy
+from pods.models.policy import load_policy, load_reference
 from pods.models.precision import autocast, plan
 from pods.models.source import check_source
 from pods.rollout import EngineSpec, make_engine, resolve_engine, sample_keys
@@ -35,6 +35,7 @@ from pods.tasks import get_task
 from pods.tasks.scoring import Scorer
 from pods.tracking import check_installed
 from pods.train.checkpoint import (
+    load_weights,
     read_state,
     restore_rng_states,
     rng_states,
@@ -42,14 +43,15 @@ from pods.train.checkpoint import (
     write_state,
 )
 from pods.train.checks import check
+from pods.train.compute import Compute, with_compute
 from pods.train.layout_check import checked_layout
 from pods.train.optimizer import run_optimizer
-from pods.train.progress import Clock, over_ranks
+from pods.train.progress import Clock, over_ranks, silent
 from pods.train.sampling import INPUT, Round, assemble, enough, varied
 from pods.train.schedule import budget_progress, lr_multiplier
 from pods.train.selection import Sampled, rank_batch, selection_spec
 from pods.train.start import check_world, start_notes
-from pods.train.update import UpdateSpec, policy_update, with_compute
+from pods.train.update import UpdateSpec, policy_update
 
 
 class Trainer:
@@ -105,9 +107,9 @@ class Trainer:
         self.before_step, self.updating = None, False  # a step under way (failures)
         self.update_spec = with_compute(
             UpdateSpec(config.optim, config.loss, config.rollout.temperature,
-                       config.rollout.max_new_tokens),
-            self.model, self.ref_model, self.precision.cast == "step", kernels,
-            strict=config.model.update_kernels == "liger", layout=config.optim.update_layout,
+                       config.rollout.max_new_tokens, layout=config.optim.update_layout),
+            self.model, self.ref_model, Compute(self.precision.cast == "step", kernels,
+                                                config.model.update_kernels == "liger"),
             log=self.log)
         self.layout_checked = False  # the layout is checked against padded once, at first
 
@@ -191,7 +193,12 @@ class Trainer:
         self.updating = True
         losses, lr = {}, self._set_lr()
         if sampled.signal:  # else every kept advantage is 0: no update (optim/skipped 1)
-            self._check_layout(sampled.kept)
+            if not self.layout_checked:  # once, untimed: the layout gives padded's
+                self.layout_checked = True  # log-probs, else padded (pods.train.layout_check)
+                with self.engine.asleep(), autocast(self.device, self.precision.update):
+                    self.update_spec = checked_layout(self.wrapped, self.ref_model,
+                                                      sampled.kept, self.update_spec,
+                                                      self.dist, self.log)
             with self.clock.phase("update"), self.engine.asleep(), \
                     autocast(self.device, self.precision.update):
                 losses = policy_update(self.wrapped, self.ref_model, self.optimizer,
@@ -208,15 +215,6 @@ class Trainer:
                 **sampled.metrics, "optim/lr": lr, "optim/skipped": int(not sampled.signal),
                 **losses,
                 "time/step": self.clock.seconds - step_start}
-
-    def _check_layout(self, kept) -> None:
-        """Before the first update (untimed): the packed layout gives padded's log-probs,
-        else the run falls back to padded (pods.train.layout_check)."""
-        if not self.layout_checked:
-            with self.engine.asleep(), autocast(self.device, self.precision.update):
-                self.update_spec = checked_layout(self.wrapped, self.ref_model, kept,
-                                                  self.update_spec, self.dist, self.log)
-            self.layout_checked = True
 
     def rewind(self) -> bool:
         """Undo the step under way, if any, so that the trainer's state is that of its last
@@ -278,7 +276,7 @@ class Trainer:
         if self.dist.sharded:  # weights and optimizer from the ranks' shards
             self.dist.load_shards(fsdp.shards_dir(checkpoint))
         else:
-            self._load_weights(checkpoint)
+            load_weights(self.model, checkpoint, self.cfg.model, self.device)
             if state["optimizer"] is None:
                 raise ValueError(f"{checkpoint} was written under FSDP2; resume it with as "
                                  f"many processes as it ran on (its shards in {fsdp.SHARDS}/).")
@@ -290,14 +288,6 @@ class Trainer:
         if len(per_rank) == self.dist.world:  # dropout streams; others only matter for it
             torch.set_rng_state(per_rank[self.dist.rank])
 
-    def _load_weights(self, checkpoint: Path) -> None:
-        cfg = self.cfg.model
-        saved = load_saved_policy(checkpoint / "model", cfg.name, self.device, cfg)[0]
-        missing = self.model.load_state_dict(saved.state_dict(), strict=False).missing_keys
-        if any(p.requires_grad for n, p in self.model.named_parameters() if n in missing):
-            raise ValueError(f"{checkpoint} does not match this run's model; resume it with "
-                             f"the config it was trained with.")
-
     def _set_lr(self) -> float:
         """The schedule's lr for the step under way (counted as done), recomputed from the
         step count and clock, so a resumed run needs no scheduler state."""
@@ -308,7 +298,3 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return lr
-
-
-def silent(*args, **kwargs) -> None:
-    """The log of ranks other than 0."""

@@ -25,10 +25,17 @@ from pods.models.packed_attention import packed_attention
 from pods.models.weight_cast import WeightCast
 from pods.rollout import Rollouts
 from pods.runtime.distributed import Dist
-from pods.train.layout import Part, choose, idle_part, micro_batches, positions
+from pods.train.layout import Part, idle_part, micro_batches, positions
 from pods.train.micro_batch import auto_micro_batch
 from pods.train.selection import KeptBatch
-from pods.train.update_metrics import GAP_KEYS, gap_metrics, is_metrics, merge_gap
+from pods.train.update_metrics import (
+    GAP_KEYS,
+    dropped_rows,
+    engine_logprobs,
+    gap_metrics,
+    is_metrics,
+    merge_gap,
+)
 
 
 @dataclass(frozen=True)
@@ -178,7 +185,7 @@ def _update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
     forward = model if cast is None else cast.module  # with DDP's wrapper where it has one
     parts, chosen = _parts(trained, batch, optim, spec.layout, dist, optimizer)
     mask = batch.completion_mask.float()  # [B, Lc]
-    engine = _engine_logprobs(batch, mode)  # [B, Lc] or None
+    engine = engine_logprobs(batch, mode)  # [B, Lc] or None
     frozen = _frozen_logprobs(trained, batch, parts, temperature) \
         if optim.num_iterations > 1 or drops_tokens(mode) else None  # [B, Lc] the
     # trainer's log-probs at the sampling weights, before any step
@@ -255,51 +262,12 @@ def _normalizer(mask: Tensor, keep: Tensor, kept: int, spec: UpdateSpec, dist: D
     (``mask`` [B, Lc]) a correction dropped leaves the sequence count; ``kept`` counts the
     kept rows over the ranks."""
     counts = dist.reduce({"tokens": keep.sum().item(),
-                          "dropped": _dropped_rows(mask, keep)}, "sum")  # over the ranks
+                          "dropped": dropped_rows(mask, keep)}, "sum")  # over the ranks
     sequences = max(kept - int(counts["dropped"]), 1)  # rows with a token in the loss
     return loss_normalizer(spec.loss.norm, sequences, counts["tokens"],
                            spec.max_new_tokens) / dist.world
 
 
-def _engine_logprobs(batch: Rollouts, mode: str) -> Tensor | None:
-    """The engine's log-probs of the sampled tokens [B, Lc], or None where it gave none; a
-    correction without them is refused (``pods.train.checks`` refuses it before anything
-    loads for an engine that says it returns none)."""
-    if batch.logprobs is None and mode != "none":
-        raise ValueError(f"is_correction {mode} needs the engine's log-probs of the sampled "
-                         f"tokens, and these rollouts carry none (Rollouts.logprobs); use an "
-                         f"engine that returns them (hf, vllm) or --is-correction none.")
-    return batch.logprobs
-
-
-def _dropped_rows(mask: Tensor, keep: Tensor) -> int:
-    """Rows with completion tokens of which a correction dropped every one."""
-    return int(((mask.sum(1).to(keep.device) > 0) & (keep.sum(1) == 0)).sum())
-
-
 def _add(totals: dict[str, float], values: dict[str, float], weight: float) -> None:
     for k, v in values.items():
         totals[k] = totals.get(k, 0.0) + weight * v
-
-
-def with_compute(spec: UpdateSpec, model, ref_model, cast: bool, kernels: str,
-                 strict: bool = False, layout: str = "padded", log=print) -> UpdateSpec:
-    """``spec`` with the run's update compute: a bf16 working copy of ``model`` where
-    ``cast`` (Precision.cast "step"), and ``kernels`` ("liger": liger's kernels put on the
-    module the passes run through and on ``ref_model``; an architecture liger does not
-    patch is refused where ``strict``, --update-kernels liger, else computes with torch's:
-    pods.models.kernels), and ``layout`` (--update-layout) resolved for the model, said
-    in one line to ``log`` (pods.train.layout.choose)."""
-    from dataclasses import replace
-
-    from pods.models.kernels import use_kernels
-
-    copy = WeightCast(model) if cast else None
-    trained = copy.module if copy is not None else \
-        model.get_base_model() if hasattr(model, "peft_config") else model  # LoRA: its base
-    kernels = use_kernels(trained, kernels, strict)  # its head a FusedHead with liger
-    if ref_model is not None:
-        use_kernels(ref_model, kernels, strict)
-    layout, note = choose(layout, trained)
-    log(note)
-    return replace(spec, cast=copy, layout=layout)

@@ -1,8 +1,12 @@
-"""What the update reports of the engine/trainer gap and of the importance-sampling
-correction, summed over micro-batches and ranks (``pods.train.update``)."""
+"""What the update reads of the engine's log-probs and reports of the engine/trainer gap and
+of the importance-sampling correction, summed over micro-batches and ranks
+(``pods.train.update``)."""
 
 from __future__ import annotations
 
+from torch import Tensor
+
+from pods.rollout import Rollouts
 from pods.runtime.distributed import Dist
 
 GAP_KEYS = ("abs", "max", "k3", "outside", "tokens")  # pods.core.correction.gap_sums
@@ -37,3 +41,19 @@ def is_metrics(sums: dict[str, float], dist: Dist) -> dict[str, float]:
     return {"loss/is_weight_mean": s["weight"] / max(s["kept"], 1.0),
             "loss/is_masked_frac": s["dropped"] / tokens,
             "loss/is_capped_frac": s["capped"] / tokens}
+
+
+def engine_logprobs(batch: Rollouts, mode: str) -> Tensor | None:
+    """The engine's log-probs of the sampled tokens [B, Lc], or None where it gave none; a
+    correction without them is refused (``pods.train.checks`` refuses it before anything
+    loads for an engine that says it returns none)."""
+    if batch.logprobs is None and mode != "none":
+        raise ValueError(f"is_correction {mode} needs the engine's log-probs of the sampled "
+                         f"tokens, and these rollouts carry none (Rollouts.logprobs); use an "
+                         f"engine that returns them (hf, vllm) or --is-correction none.")
+    return batch.logprobs
+
+
+def dropped_rows(mask: Tensor, keep: Tensor) -> int:
+    """Rows with completion tokens of which a correction dropped every one."""
+    return int(((mask.sum(1).to(keep.device) > 0) & (keep.sum(1) == 0)).sum())

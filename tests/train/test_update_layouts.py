@@ -11,9 +11,10 @@ from transformers import AutoModelForCausalLM, LlamaConfig
 
 from pods.config import LossConfig, OptimConfig
 from pods.rollout import Rollouts
+from pods.train.compute import Compute, with_compute
 from pods.train.layout import choose, micro_batches, positions
 from pods.train.selection import KeptBatch
-from pods.train.update import UpdateSpec, policy_update, with_compute
+from pods.train.update import UpdateSpec, policy_update
 
 
 def kept_rows(vocabulary=64, seed=0):
@@ -79,8 +80,7 @@ def update(layout, model, ref=None, lora=False, **fields):
     loss = LossConfig(**{k: v for k, v in fields.items() if k in LossConfig.__match_args__})
     spec = UpdateSpec(optim, loss, 0.8, 9, layout=layout)
     if fields.get("weight_cast"):
-        spec = with_compute(spec, model, ref, cast=True, kernels="torch", layout=layout,
-                            log=lambda line: None)
+        spec = with_compute(spec, model, ref, Compute(cast=True), log=lambda line: None)
     sgd = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
     advantages = torch.tensor([1.0, -0.5, 0.3, -1.0, 0.7, 0.2, 0.0])
     stats = policy_update(model, ref, sgd, KeptBatch(kept_rows(), advantages, kept=6,

@@ -1,0 +1,43 @@
+"""The update's compute, chosen once a run: the bf16 working copy, the kernels and the
+layout of its passes, as the ``UpdateSpec`` the update runs with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pods.models.weight_cast import WeightCast
+from pods.train.layout import choose
+from pods.train.update import UpdateSpec
+
+
+@dataclass(frozen=True)
+class Compute:
+    """What the update computes with, besides the layout: a bf16 working copy cast once a
+    step (``cast``: Precision.cast "step"), and ``kernels`` ("liger" or "torch"); an
+    architecture liger does not patch is refused where ``strict`` (--update-kernels liger),
+    else computes with torch's (pods.models.kernels)."""
+
+    cast: bool = False
+    kernels: str = "torch"
+    strict: bool = False
+
+
+def with_compute(spec: UpdateSpec, model, ref_model, compute: Compute,
+                 log=print) -> UpdateSpec:
+    """``spec`` with the run's update compute (``Compute``: liger's kernels put on the
+    module the passes run through and on ``ref_model``) and its layout (``spec.layout``,
+    --update-layout as asked) resolved for the model, said in one line to ``log``
+    (pods.train.layout.choose)."""
+    from dataclasses import replace
+
+    from pods.models.kernels import use_kernels
+
+    copy = WeightCast(model) if compute.cast else None
+    trained = copy.module if copy is not None else \
+        model.get_base_model() if hasattr(model, "peft_config") else model  # LoRA: its base
+    kernels = use_kernels(trained, compute.kernels, compute.strict)  # a FusedHead with liger
+    if ref_model is not None:
+        use_kernels(ref_model, kernels, compute.strict)
+    layout, note = choose(spec.layout, trained)
+    log(note)
+    return replace(spec, cast=copy, layout=layout)
