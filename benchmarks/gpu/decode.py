@@ -107,8 +107,8 @@ def static_facts(engine, counters) -> dict:
         return {}
     graphs = [loop.graphs() for loop in static.kept.values() if hasattr(loop, "graphs")]
     held = cache_bytes(static) / 2**30
-    with engine.asleep():
-        static.used = set()  # as after a step that sampled at no kept shape: all parked
+    static.used = set()  # as after a step that sampled at none of these shapes
+    with engine.asleep():  # the update: what the engine still holds
         parked = cache_bytes(static) / 2**30
     return {"graphs": graphs, "fallbacks": static.fallbacks,
             "graph_breaks": sum(counters["graph_break"].values()),
