@@ -134,3 +134,17 @@ def word_tokenizer(vocab_size: int):
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="t0", eos_token="t1",
                                    padding_side="left")
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def suite_script(relative: str, name: str):
+    """A script of the benchmark suite (``relative`` to the repository, e.g.
+    "benchmarks/update/layouts.py") imported as module ``name``, to reuse its code."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

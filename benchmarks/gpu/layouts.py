@@ -13,28 +13,26 @@ dense problems of pods.models.packing (flash or memory-efficient attention on CU
 
 from __future__ import annotations
 
-import importlib.util
 import tempfile
-from pathlib import Path
 
 import torch
-from gpucommon import device, emit, failure, left, missing_keys, release, section_args, timed
+from gpucommon import (
+    device,
+    emit,
+    failure,
+    left,
+    missing_keys,
+    release,
+    section_args,
+    suite_script,
+    timed,
+)
 
 from update import sampled, save_architecture, trainer_for, trainer_step
 
-ROOT = Path(__file__).resolve().parents[2]
 LAYOUTS = ("padded", "packed", "shared_prompt")
 SHAPES = ("gsm8k", "math")
 MODEL = "Qwen2.5-1.5B"
-
-
-def shapes_module():
-    """benchmarks/update/layouts.py, whose ``batch`` draws the shapes' rows."""
-    spec = importlib.util.spec_from_file_location(
-        "update_layouts", ROOT / "benchmarks" / "update" / "layouts.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def row(trainer, rows, dev, args) -> dict:
@@ -67,7 +65,7 @@ def main() -> None:
     args = section_args(__doc__.splitlines()[0])
     dev = device()
     args.repeats = 1 if args.quick else 3
-    shapes = shapes_module()
+    shapes = suite_script("benchmarks/update/layouts.py", "update_layouts")
     if missing_keys({"update_layout": "padded"}):
         emit(args, {"model": MODEL, "error": "no update_layout in this checkout"})
         return

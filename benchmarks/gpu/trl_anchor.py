@@ -16,19 +16,14 @@ import os
 import statistics
 from pathlib import Path
 
-from gpucommon import emit, left, read_rows, section_args
+from gpucommon import emit, left, read_rows, section_args, suite_script
 from recipe import smollm2_ready
 
-ROOT = Path(__file__).resolve().parents[2]
 METHOD = "TRL GRPOTrainer"
 
 
 def trl_vs_native():
-    spec = importlib.util.spec_from_file_location(
-        "trl_vs_native", ROOT / "benchmarks" / "integrations" / "trl_vs_native.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return suite_script("benchmarks/integrations/trl_vs_native.py", "trl_vs_native")
 
 
 def pods_row(run: Path) -> dict:

@@ -214,7 +214,7 @@ def test_the_micro_batch_from_free_memory_is_tokens_under_the_packed_layouts(mon
     batch, optim = kept_rows(), OptimConfig()
     parts, chosen = update_module._parts(llama(), batch, optim, "shared_prompt", Dist(world=1))
     assert calls[-1] == (7 * 16, 1) and chosen == {"optim/micro_batch_tokens": 20.0}
-    assert all(p.tokens <= 20 for p in parts if len(p.rows) > 1)  # whole groups, or one row
+    assert all(p.tokens(batch) <= 20 for p in parts if len(p.rows) > 1)  # whole groups, or one row
     parts, chosen = update_module._parts(llama(), batch, optim, "padded", Dist(world=1))
     assert calls[-1] == (7, 16) and chosen == {"optim/micro_batch_size": 3.0}
     assert [p.rows for p in parts] == [slice(0, 3), slice(3, 6), slice(6, 9)]

@@ -55,12 +55,12 @@ class Part:
     width: int  # the padded layout's positions a row: Lp + Lc of the batch
     live: bool = True  # False: a pass that only keeps ranks in step (trains nothing)
 
-    @property
-    def tokens(self) -> int:
-        """Positions one pass of this part processes."""
+    def tokens(self, batch: Rollouts) -> int:
+        """Positions one pass of this part of ``batch`` processes."""
         if self.packing is not None:
             return self.packing.tokens
-        return len(range(*self.rows.indices(10**12))) * self.width
+        return batch.completion_ids[self.rows].shape[0] * self.width  # a last slice may
+        # reach past the batch's end
 
     def take(self, tensor: Tensor) -> Tensor:
         """``tensor``'s rows of this part (0 where the part is not live)."""
@@ -144,4 +144,4 @@ def positions(parts: list[Part], batch: Rollouts) -> tuple[int, int]:
     batch would: B * (Lp + Lc)."""
     padded = batch.completion_ids.shape[0] * (batch.prompt_ids.shape[1] +
                                               batch.completion_ids.shape[1])
-    return sum(part.tokens for part in parts), padded
+    return sum(part.tokens(batch) for part in parts), padded
