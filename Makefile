@@ -19,10 +19,12 @@ TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || ech
 
 .PHONY: run test bench lint docs docs-serve clean vllm-env verl-env
 
+# The gpu extra (liger-kernel, with Triton) installs on a CPU too: the test that its kernels
+# go on one model only runs there.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[train,dev,trl,trackers,docs]"
+	$(PY) -m pip install -q -e ".[train,dev,trl,trackers,docs,gpu]"
 	touch $@
 
 run: $(VENV)/.installed

@@ -156,7 +156,7 @@ def test_liger_patches_the_instance_without_its_fused_loss(tiny_model_dir, patch
     patch_table({"qwen2": lambda **kwargs: calls.append(kwargs)})
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)  # a Qwen2
     assert use_kernels(model, "liger") == "liger"
-    assert calls == [dict(model=model, rope=True, rms_norm=True, swiglu=True,
+    assert calls == [dict(model=model, rope=False, rms_norm=True, swiglu=True,
                           cross_entropy=False, fused_linear_cross_entropy=False)]
     head = model.get_output_embeddings()
     assert isinstance(head, kernels.FusedHead)  # its log-probs by liger's fused kernel
@@ -189,10 +189,10 @@ def test_each_architecture_gets_the_options_its_function_takes(tiny_model_dir, p
     """Gemma's patch takes geglu (asking swiglu=True raised TypeError at the start of
     training), Pixtral's no cross_entropy: each gets what its signature names."""
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)  # a Qwen2, standing in
-    for apply, want in ((apply_gemma, dict(rope=True, rms_norm=True, geglu=True,
+    for apply, want in ((apply_gemma, dict(rope=False, rms_norm=True, geglu=True,
                                            cross_entropy=False,
                                            fused_linear_cross_entropy=False)),
-                        (apply_pixtral, dict(rope=True, rms_norm=True, swiglu=True))):
+                        (apply_pixtral, dict(rope=False, rms_norm=True, swiglu=True))):
         apply.calls = []
         patch_table({"qwen2": apply})
         assert use_kernels(model, "liger") == "liger"
@@ -212,3 +212,59 @@ def test_a_patch_that_fails_falls_back_to_torch_with_the_reason(tiny_model_dir, 
     assert type(model.get_output_embeddings()) is torch.nn.Linear  # no fused head
     with pytest.raises(ValueError, match="failed .*--update-kernels auto or torch"):
         use_kernels(model, "liger", strict=True)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is None,
+                    reason="needs liger-kernel (pip install -e '.[gpu]'; it installs on a CPU)")
+def test_liger_goes_on_the_model_asked_for_and_on_no_later_model():
+    """liger's patch rebinds names in transformers' modeling module besides patching the
+    model it is given: after use_kernels(a, "liger"), a has liger's RMSNorm and SwiGLU
+    forwards, a model built from the same config afterwards has none, and the modeling
+    module's names are transformers' own again (no Triton module in a later CPU model)."""
+    import transformers.models.qwen2.modeling_qwen2 as modeling
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    names = {k: v for k, v in vars(modeling).items()}
+    config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
+    a = Qwen2ForCausalLM(config)
+    assert use_kernels(a, "liger", strict=True) == "liger"
+
+    def liger_modules(model):
+        return sorted({type(m).__name__ for m in model.modules() if "Liger" in type(m).__name__}
+                      | {m.forward.__qualname__.split(".")[0] for m in model.modules()
+                         if "Liger" in getattr(m.forward, "__qualname__", "")})
+
+    assert liger_modules(a) == ["LigerRMSNorm", "LigerSwiGLUMLP"]
+    assert isinstance(a.get_output_embeddings(), kernels.FusedHead)
+    changed = [k for k, v in vars(modeling).items() if names.get(k) is not v]
+    assert changed == []  # Qwen2RMSNorm, Qwen2MLP, apply_rotary_pos_emb are transformers'
+    b = Qwen2ForCausalLM(config)
+    assert liger_modules(b) == [] and type(b.get_output_embeddings()) is torch.nn.Linear
+    ids = torch.randint(0, 64, (2, 5))
+    assert b(input_ids=ids).logits.shape == (2, 5, 64)  # torch's kernels run on the CPU
+
+
+@pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is None,
+                    reason="needs liger-kernel (pip install -e '.[gpu]'; it installs on a CPU)")
+def test_with_liger_the_working_copy_is_not_the_sampling_copy(tiny_model_dir):
+    """With the bf16 working copy, liger's modules go on the update's own copy; the hf
+    engine's sampling copy (whose forward is compiled on CUDA) keeps torch's modules."""
+    from pods.config.step import LossConfig, OptimConfig
+    from pods.models.precision import SamplingCopy
+    from pods.train.compute import Compute, with_compute
+    from pods.train.update import UpdateSpec
+
+    def spec_of(model, kernels_name):
+        return with_compute(UpdateSpec(OptimConfig(), LossConfig(), 1.0, 4), model, None,
+                            Compute(cast=True, kernels=kernels_name), log=lambda line: None)
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    sampling = SamplingCopy(model, torch.bfloat16).module
+    spec = spec_of(model, "liger")
+    assert spec.cast.module is not sampling
+    assert isinstance(spec.cast.module.get_output_embeddings(), kernels.FusedHead)
+    assert not any("Liger" in getattr(m.forward, "__qualname__", "") for m in sampling.modules())
+    assert type(sampling.get_output_embeddings()) is torch.nn.Linear
+    torch_only = spec_of(AutoModelForCausalLM.from_pretrained(tiny_model_dir), "torch")
+    assert torch_only.cast.module is SamplingCopy(torch_only.cast.model, torch.bfloat16).module

@@ -118,3 +118,101 @@ def test_sliding_window_models_decode_on_the_dynamic_cache():
     with pytest.warns(RuntimeWarning, match="sliding window of 4096 tokens would recompile"):
         engine = build(spec, model, tokenizer=None)
     assert engine.static is None
+
+
+def raising_backend(graph, example_inputs):
+    """A compiler that fails as inductor did on torch 2.11's CUDA backend."""
+    raise NotImplementedError("NYI TritonSplitDimKernel reductions")
+
+
+def test_a_step_that_fails_to_compile_decodes_with_generate_from_then_on(tiny):
+    """The loop's compile raises (BackendCompilerFailed): the shape decodes with generate
+    on the static cache, the same tokens, warned once and counted; the next call does not
+    try the compile again, and the run goes on."""
+    model, tokenizer = tiny
+    torch._dynamo.reset()
+    broken = StaticDecoding(None, "loop", compiled={"backend": raising_backend})
+    request = SamplingRequest(["1+2=", "10+20="], 3, 1.0, 6, keys=torch.tensor([4, 5]))
+    with pytest.warns(RuntimeWarning, match="failed to compile.*BackendCompilerFailed.*NYI "
+                                            "TritonSplitDimKernel.*generate on the static"):
+        got = generate(model, tokenizer, request, chunk=6, static=broken)
+    want = generate(model, tokenizer, request, chunk=6, static=StaticDecoding(None, "generate"))
+    assert torch.equal(got.completion_ids, want.completion_ids)
+    torch.testing.assert_close(got.logprobs, want.logprobs, rtol=0, atol=1e-6)
+    assert broken.fallbacks == 1 and [s[0] for s in broken.kept] == ["generate"]
+    import warnings as w
+
+    with w.catch_warnings():
+        w.simplefilter("error")  # warned once: a second call neither warns nor compiles
+        again = generate(model, tokenizer, request, chunk=6, static=broken)
+    assert torch.equal(again.completion_ids, want.completion_ids) and broken.fallbacks == 1
+    torch._dynamo.reset()
+
+
+def test_a_static_generate_that_fails_to_compile_decodes_on_the_dynamic_cache(tiny,
+                                                                              monkeypatch):
+    import pods.rollout.hf_decode as hf_decode
+
+    model, tokenizer = tiny
+    plain = hf_decode.run_generate
+
+    def failing(model, ids, mask, keys, how, cache=None):
+        if cache is not None:  # transformers' compiled forward on the static cache
+            torch.compile(lambda x: x + 1, backend=raising_backend)(ids)
+        return plain(model, ids, mask, keys, how)
+
+    monkeypatch.setattr(hf_decode, "run_generate", failing)
+    static = StaticDecoding(None, "generate")
+    request = SamplingRequest(["1+2="], 4, 1.0, 5, keys=torch.tensor([9]))
+    with pytest.warns(RuntimeWarning, match="'generate' decoding failed.*dynamic cache"):
+        got = generate(model, tokenizer, request, chunk=4, static=static)
+    want = generate(model, tokenizer, request, chunk=4)  # the dynamic cache
+    assert torch.equal(got.completion_ids, want.completion_ids) and static.fallbacks == 1
+
+
+def test_a_cuda_graph_capture_error_is_a_compile_failure(tiny, monkeypatch):
+    """torch reports a failed capture as a plain RuntimeError: read as a compile failure;
+    any other RuntimeError of the loop (a real bug, out of memory) is raised."""
+    model, tokenizer = tiny
+    request = SamplingRequest(["1+2="], 2, 1.0, 3, keys=torch.tensor([1]))
+    for message, falls_back in [("CUDA error: operation not permitted when stream is "
+                                 "capturing", True), ("CUDA out of memory", False)]:
+        def fail(self, *args, message=message):
+            raise RuntimeError(message)
+
+        monkeypatch.setattr(DecodeLoop, "run", fail)
+        static = StaticDecoding(None, "loop", compiled=False)
+        if falls_back:
+            with pytest.warns(RuntimeWarning, match="CudaGraphError"):
+                generate(model, tokenizer, request, chunk=2, static=static)
+            assert static.fallbacks == 1
+        else:
+            with pytest.raises(RuntimeError, match="out of memory"):
+                generate(model, tokenizer, request, chunk=2, static=static)
+
+
+SCANS = ("cumsum", "cumprod", "cummax", "sort", "argsort", "searchsorted", "multinomial",
+         "topk", "bucketize")
+
+
+def test_the_compiled_decode_step_has_no_scan_or_sort(tiny):
+    """The graph dynamo hands its backend for one decoding step (the model's forward, the
+    keyed sampler, the bookkeeping) holds no cumulative scan, sort, search or multinomial
+    draw: ops that inductor on torch 2.11's CUDA backend could not fuse with the argmax."""
+    model, tokenizer = tiny
+    graphs = []
+
+    def recording(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    torch._dynamo.reset()
+    loop = DecodeLoop(model, 3, 4, Decoding(4, tokenizer.pad_token_id, tokenizer.eos_token_id),
+                      compiled={"backend": recording, "fullgraph": True})
+    run(loop, 3, 4, tokenizer)
+    assert len(graphs) == 1
+    ops = [str(node.target) for node in graphs[0].graph.nodes
+           if node.op in ("call_function", "call_method")]
+    assert any("argmax" in op for op in ops) and any("log_softmax" in op for op in ops)
+    assert [op for op in ops if any(scan in op for scan in SCANS)] == []
+    torch._dynamo.reset()

@@ -115,6 +115,29 @@ def test_keyed_sampler_draws_from_the_tempered_softmax():
     assert freq[5] == 0  # a -inf logit is never drawn
 
 
+def test_keyed_draws_are_exact_in_law():
+    """Over 200,000 keys, the Gumbel-max draw's counts fit softmax(logits / T) by a
+    chi-square test at 40 tokens (a wrong law, e.g. T ignored, is rejected), for the
+    sampler's shared draw at several positions; the log-prob is the tempered softmax's."""
+    from scipy.stats import chisquare
+
+    from pods.rollout.sampling import keyed_draw
+
+    N, T = 200_000, 0.8
+    logits = torch.linspace(-3, 3, 40) ** 2 / 3  # [V] uneven, from 2e-2 to 0.2 probability
+    want = torch.softmax(logits.double() / T, 0)
+    keys = mix32(torch.arange(N))
+    for position in (0, 7):
+        token, logprob = keyed_draw(logits.expand(N, -1), keys, torch.tensor(position), T)
+        counts = torch.bincount(token, minlength=40).double()
+        assert chisquare(counts.numpy(), (want * N).numpy()).pvalue > 1e-4
+        untempered = torch.softmax(logits.double(), 0) * N
+        assert chisquare(counts.numpy(), untempered.numpy()).pvalue < 1e-12
+        torch.testing.assert_close(logprob, torch.log_softmax(logits / T, 0)[token])
+    other, _ = keyed_draw(logits.expand(N, -1), keys, torch.tensor(8), T)
+    assert (other != token).float().mean() > 0.9  # positions draw independently
+
+
 def test_rollouts_do_not_depend_on_batch_or_chunking(tiny_model_dir):
     """A rollout depends on its key and prompt only: what shares its batch, the padding
     that brings, and the chunk size change nothing (this is what makes a data-parallel

@@ -111,8 +111,9 @@ class OptimConfig:
     max_grad_norm: float = leaf(1.0, "Gradient clipping norm; 0 disables clipping.")
     micro_batch_size: int | None = leaf(None, "Sequences per forward/backward pass (gradient "
                                         "accumulation); None = on a CUDA GPU, chosen from "
-                                        "its free memory (logged as optim/micro_batch_size); "
-                                        "elsewhere all P*m kept in one pass.")
+                                        "its free memory (logged as optim/micro_batch_size "
+                                        "and optim/micro_batch_tokens); elsewhere all P*m "
+                                        "kept in one pass.")
     micro_batch_tokens: int | None = leaf(
         None, "Token positions per forward/backward pass under the packed update layouts "
         "(--update-layout packed or shared_prompt): whole groups are packed into each pass "

@@ -2,7 +2,7 @@
 or torch's (transformers' modules and pods's chunked head, pods.models.logprobs).
 
     update_kernels(name, device, sharded)   "liger" or "torch"; an unusable "liger" fails
-    use_kernels(model, kernels, strict)     put liger's RMSNorm, SwiGLU, RoPE on ``model``,
+    use_kernels(model, kernels, strict)     put liger's RMSNorm and SwiGLU on ``model`` alone,
                                             and make its head a ``FusedHead``
     FusedHead                               an output head whose per-token log-probs are
                                             liger's fused linear cross-entropy (no [tokens,
@@ -14,15 +14,24 @@ forward pass, and replaces RMSNorm, the SwiGLU MLP and the rotary embedding by f
 kernels. pods's loss needs per-token log-probs (its normalisations, corrections and the
 engine/trainer gap are its own, pods.core), so it takes liger's fused linear
 cross-entropy without reduction (log p = -CE), not its GRPO loss. Its kernels need Triton
-and a CUDA GPU; elsewhere pods's chunked head does the same in torch. RoPE is patched in
-transformers' modeling module (liger's way), so the hf engine's sampling also uses it.
+and a CUDA GPU; elsewhere pods's chunked head does the same in torch.
+
+Only the model asked for gets liger's modules. liger's ``apply_liger_kernel_to_<arch>``
+patches the given model's modules and, besides, rebinds names in transformers' modeling
+modules (``Qwen2RMSNorm``, ``Qwen2MLP``, ``apply_rotary_pos_emb``), so that every model
+built later in the process (a reference or evaluation model, a CPU model, the next trainer)
+would get Triton modules: ``use_kernels`` restores those names after liger's call
+(``scoped``). liger's RoPE is such a name (a function of the modeling module, not a module
+of the model) and so is not used: the rotary embedding stays torch's.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import inspect
+import sys
 import warnings
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor
@@ -54,8 +63,8 @@ def update_kernels(name: str, device: torch.device, sharded: bool = False) -> st
 
 
 def use_kernels(model, kernels: str, strict: bool = True) -> str:
-    """With ``kernels`` "liger", liger's RMSNorm and SwiGLU modules on ``model`` and its
-    RoPE, where liger-kernel patches ``model``'s architecture; the kernels used. An
+    """With ``kernels`` "liger", liger's RMSNorm and SwiGLU modules on ``model`` (on it
+    alone: ``scoped``), where liger-kernel patches ``model``'s architecture; the kernels used. An
     architecture it does not patch raises where ``strict`` (--update-kernels liger), and
     is "torch" otherwise (auto)."""
     if kernels != "liger":
@@ -70,7 +79,8 @@ def use_kernels(model, kernels: str, strict: bool = True) -> str:
     if apply is None:
         return "torch"
     try:
-        apply(model=model, **liger_arguments(apply))
+        with scoped():
+            apply(model=model, **liger_arguments(apply))
     except (TypeError, ValueError, AttributeError, ImportError) as error:
         why = f"liger-kernel's {getattr(apply, '__name__', 'patch')} for {kind!r} failed " \
               f"({type(error).__name__}: {error})"
@@ -85,11 +95,36 @@ def use_kernels(model, kernels: str, strict: bool = True) -> str:
     return kernels
 
 
+@contextmanager
+def scoped():
+    """Whatever names liger's patch rebinds in transformers' modules (loaded ones and any it
+    imports) are restored when the block ends: its modules stay on the model it was given,
+    which holds them as instances (their forwards bound), and nowhere else."""
+    def modules():
+        return {name: module for name, module in list(sys.modules.items())
+                if name.startswith("transformers") and module is not None}
+
+    before = {name: dict(vars(module)) for name, module in modules().items()}
+    try:
+        yield
+    finally:
+        for name, module in modules().items():
+            names = before.get(name)
+            if names is None:  # imported by the patch: what it rebound, read from liger's
+                continue  # module-level patches is not knowable; pods asks none of those
+            for key, value in list(vars(module).items()):
+                if key in names and names[key] is not value:
+                    setattr(module, key, names[key])
+                elif key not in names and key.startswith(("Liger", "liger")):
+                    delattr(module, key)
+
+
 # what pods asks of liger's patch: its kernels, and no fused loss in the forward (the
 # head's log-probs are pods's, a FusedHead); each architecture's function takes some of
 # these (Gemma's and PaliGemma's geglu where the others have swiglu; Pixtral has no
-# cross_entropy), so each gets those its signature names
-LIGER_OPTIONS = {"rope": True, "rms_norm": True, "swiglu": True, "geglu": True,
+# cross_entropy), so each gets those its signature names. No RoPE: liger's is a name in
+# transformers' modeling module, which would reach every model of the architecture.
+LIGER_OPTIONS = {"rope": False, "rms_norm": True, "swiglu": True, "geglu": True,
                  "cross_entropy": False, "fused_linear_cross_entropy": False}
 COMMON = ("rope", "rms_norm", "swiglu", "cross_entropy", "fused_linear_cross_entropy")
 
@@ -114,7 +149,7 @@ class FusedHead(torch.nn.Linear):
     round once more than the sampler does (a probe at T = 0.9: 0.014 nats a token on
     average, 0.056 at most), and a head's bias would not be divided at all. At another
     temperature pods's chunked head computes the log-probs (the same memory bound), and
-    liger's RMSNorm, SwiGLU and RoPE kernels stay."""
+    liger's RMSNorm and SwiGLU kernels stay."""
 
     def logprobs(self, states: Tensor, targets: Tensor, temperature: float) -> Tensor:
         """[T] float32 log-probs of ``targets`` [T] from the final hidden states [T, H]."""

@@ -197,25 +197,28 @@ def autocast(device: torch.device, mixed_precision: str):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model: {dtype: module}
+# model: {(dtype, shared): module}. Weak keys: nothing in a copy may hold its model (the
+# working copy's gradient hooks hold the masters alone), or a dropped trainer would live on.
+_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def copy_module(model, dtype: torch.dtype):
+def copy_module(model, dtype: torch.dtype, shared: bool = True):
     """A plain model of ``model``'s architecture in ``dtype`` on its device (no adapter; made
     without gradients, in eval mode), one per model and dtype: the hf engine's sampling
     copy (``SamplingCopy``) and the update's working copy (pods.models.weight_cast) are
     the same module, so bf16 compute over float32 weights holds one bf16 copy of them.
-    Its weights are those of its last refresh (either's)."""
+    Its weights are those of its last refresh (either's). ``shared`` False: a copy of its
+    own (an update with liger's kernels, which the sampler's compiled forward cannot take)."""
     from transformers import AutoModelForCausalLM
 
     copies = _COPIES.setdefault(model, {})
-    if dtype not in copies:
+    if (dtype, shared) not in copies:
         base = model.get_base_model() if hasattr(model, "peft_config") else model
         with torch.device(next(base.parameters()).device):  # made where it runs
             module = AutoModelForCausalLM.from_config(base.config, dtype=dtype)
         module.generation_config = base.generation_config
-        copies[dtype] = module.requires_grad_(False).eval()
-    return copies[dtype]
+        copies[dtype, shared] = module.requires_grad_(False).eval()
+    return copies[dtype, shared]
 
 
 class SamplingCopy:

@@ -35,13 +35,16 @@ class WeightCast:
     """A ``dtype`` copy of ``model`` (a transformers causal LM, float32 weights) to train
     through: ``refresh`` before each optimizer step's passes, ``module`` in them; the
     gradients land in float32 on ``model``'s parameters. Its parameters take gradients
-    where the masters do (the sampling copy it may share generates without them)."""
+    where the masters do (the sampling copy it may share generates without them).
+    ``shared`` False: a module of its own, not the sampling copy (liger's kernels go on
+    the update's module, and the sampler's compiled forward keeps torch's)."""
 
-    def __init__(self, model, dtype: torch.dtype = torch.bfloat16):
+    def __init__(self, model, dtype: torch.dtype = torch.bfloat16, shared: bool = True):
         from pods.models.precision import copy_module
 
         self.model = model
-        self.module = copy_module(model, dtype)  # the hf engine's sampling copy, if it has one
+        self.module = copy_module(model, dtype, shared)  # shared: the hf engine's sampling
+        # copy, if it has one
         if checkpointed(model):
             self.module.gradient_checkpointing_enable()
         masters = dict(model.named_parameters())
@@ -54,8 +57,10 @@ class WeightCast:
         self.buckets = GradBuckets([m for _, m in self.pairs if m.requires_grad])
         for p, master in self.pairs:
             p.requires_grad_(master.requires_grad)
-            if master.requires_grad:
-                p.register_post_accumulate_grad_hook(partial(self._to_master, master))
+            if master.requires_grad:  # the hook holds the master and the buckets, never
+                # ``self``: the copy lives in a weak-keyed table whose key is ``model``
+                # (pods.models.precision.copy_module), which ``self`` would keep alive
+                p.register_post_accumulate_grad_hook(partial(to_master, master, self.buckets))
         self.refresh()
 
     @torch.no_grad()
@@ -77,15 +82,15 @@ class WeightCast:
             self.buckets.arm(world)
         self.buckets.finish()
 
-    def _to_master(self, master: Tensor, p: Tensor) -> None:
-        """``p``'s accumulated (bf16) gradient added into ``master``'s float32 one, and
-        freed; under an armed reduce, ``master``'s gradient is then final."""
-        if master.grad is None:
-            master.grad = p.grad.to(master.dtype)
-        else:
-            master.grad.add_(p.grad)
-        p.grad = None
-        self.buckets.ready(master)
+def to_master(master: Tensor, buckets: GradBuckets, p: Tensor) -> None:
+    """``p``'s accumulated (bf16) gradient added into ``master``'s float32 one, and freed;
+    under an armed reduce, ``master``'s gradient is then final."""
+    if master.grad is None:
+        master.grad = p.grad.to(master.dtype)
+    else:
+        master.grad.add_(p.grad)
+    p.grad = None
+    buckets.ready(master)
 
 
 def checkpointed(model) -> bool:

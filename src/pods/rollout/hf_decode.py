@@ -38,6 +38,50 @@ from pods.rollout.sampling import KeyedSampler
 
 BUCKET = 64  # prompt widths of the static path are multiples of it
 MAX_KEPT = 8  # shapes kept at once (each a static cache, buffers and a compiled step)
+# the decoders of a shape, each the fallback of the one before where it fails to compile
+DECODERS = ("loop", "generate", "dynamic")
+
+
+def compile_errors() -> tuple[type[BaseException], ...]:
+    """What a failed compile or graph capture raises: dynamo's errors (a backend's failure
+    is BackendCompilerFailed), inductor's (InductorError, on torch versions where it is not
+    one of dynamo's), and CUDA graph capture errors (``CudaGraphError``, below)."""
+    from torch._dynamo.exc import TorchDynamoException
+
+    errors: list[type[BaseException]] = [TorchDynamoException, CudaGraphError]
+    try:
+        from torch._inductor.exc import InductorError
+
+        errors.append(InductorError)
+    except ImportError:  # older torch: inductor's errors reach here as dynamo's
+        pass
+    return tuple(errors)
+
+
+class CudaGraphError(RuntimeError):
+    """A CUDA graph capture that failed (torch raises a plain RuntimeError naming it)."""
+
+
+COMPILE_ERRORS = compile_errors()
+
+
+def describe(error: BaseException) -> str:
+    """``error`` in one line: its type, and the first line of what caused it (dynamo wraps
+    a backend's own error, e.g. inductor's NotImplementedError, in BackendCompilerFailed)."""
+    cause = error
+    while cause.__cause__ is not None and cause.__cause__ is not cause:
+        cause = cause.__cause__
+    cause = getattr(error, "inner_exception", None) or cause
+    text = next((line for line in str(cause).splitlines() if line.strip()), "")[:300]
+    inner = "" if cause is error else f"{type(cause).__name__}: "
+    return f"{type(error).__name__}: {inner}{text}"
+
+
+def capture_failed(error: RuntimeError) -> bool:
+    """Whether ``error`` is a CUDA graph capture's failure (by torch's and CUDA's wording:
+    "...during graph capture", "...when stream is capturing", cudaErrorStreamCapture*)."""
+    text = str(error).lower()
+    return "captur" in text and ("graph" in text or "stream" in text)
 
 
 def run_generate(model, ids: Tensor, mask: Tensor, keys: Tensor, how: Decoding,
@@ -103,7 +147,9 @@ class StaticDecoding:
         self.kept: OrderedDict[tuple, object] = OrderedDict()  # shape -> DecodeLoop or
         # StaticCache, least recently used first, at most MAX_KEPT
         self.used: set[tuple] = set()  # the shapes used since the last ``park``
-        self.fallbacks = 0  # shapes whose compiled step ran eagerly (or recompiled)
+        self.fallbacks = 0  # shapes whose compiled step ran eagerly, recompiled or failed
+        self.broken: set[tuple] = set()  # (decoder, shape)s that failed to compile
+        self.warned: set[str] = set()  # the decoders whose failure was warned
 
     def width(self, longest: int) -> int:
         """The prompt columns of a call whose longest prompt has ``longest`` tokens."""
@@ -111,24 +157,66 @@ class StaticDecoding:
 
     def chunk(self, model, ids: Tensor, mask: Tensor, keys: Tensor,
               how: Decoding) -> tuple[Tensor, Tensor | None]:
-        """As ``run_generate``, for prompts already at a fixed shape [rows, width]."""
+        """As ``run_generate``, for prompts already at a fixed shape [rows, width]. A shape
+        whose compiled step fails to compile or to be captured (``COMPILE_ERRORS``) decodes
+        with ``generate`` on the static cache from then on, and one whose ``generate`` on the
+        static cache fails so (transformers compiles its forward pass on CUDA) with
+        ``generate`` on the dynamic cache: the run goes on, slower, warned once a decoder."""
         rows, width = ids.shape
-        cuda = ids.device.type == "cuda"
-        if cuda:  # where the loop or generate compiles: kernels kept in the pods cache
-            compile_cache()
-        shape = (self.decode, rows, width, how.new, next(model.parameters()).dtype)
-        if self.decode == "generate":
-            cache = self._kept(shape, lambda: empty_static_cache(model, width + how.new - 1))
+        if ids.device.type == "cuda":  # where the loop or generate compiles: kernels kept
+            compile_cache()  # in the pods cache
+        shape = (rows, width, how.new, next(model.parameters()).dtype)
+        for decode in DECODERS[DECODERS.index(self.decode):]:
+            if (decode, *shape) in self.broken:
+                continue
+            try:
+                return self._decode(decode, shape, model, (ids, mask, keys), how)
+            except COMPILE_ERRORS as error:
+                self._broke((decode, *shape), error)
+        raise AssertionError("the dynamic cache never breaks")  # "dynamic" is not caught
+
+    def _decode(self, decode: str, shape: tuple, model, inputs: tuple,
+                how: Decoding) -> tuple[Tensor, Tensor | None]:
+        ids, mask, keys = inputs
+        rows, width, new, _ = shape
+        if decode == "dynamic":
+            return run_generate(model, ids, mask, keys, how)
+        if decode == "generate":
+            cache = self._kept((decode, *shape),
+                               lambda: empty_static_cache(model, width + new - 1))
             return run_generate(model, ids, mask, keys, how, cache=cache)
-        compiled = self.compiled if cuda or isinstance(self.compiled, dict) else False
-        loop = self._kept(shape, lambda: DecodeLoop(model, rows, width, how,
-                                                    compiled=compiled))
+        compiled = self.compiled if ids.device.type == "cuda" or \
+            isinstance(self.compiled, dict) else False
+        loop = self._kept((decode, *shape), lambda: DecodeLoop(model, rows, width, how,
+                                                               compiled=compiled))
         fresh = loop.graphs() is not None and not getattr(loop, "checked", False)
-        completion, logprobs = loop.run(ids, mask, keys, how.temperature)
+        try:
+            completion, logprobs = loop.run(ids, mask, keys, how.temperature)
+        except RuntimeError as error:
+            if capture_failed(error):
+                raise CudaGraphError(str(error)) from error
+            raise
         if fresh:  # the first call of a compiled shape: did it get its one graph?
             loop.checked = True
-            self._check_graphs(loop, shape)
+            self._check_graphs(loop, (decode, *shape))
         return completion, logprobs if how.temperature > 0 else None
+
+    def _broke(self, shape: tuple, error: Exception) -> None:
+        """``shape`` (its decoder first) failed to compile or capture: dropped, never tried
+        again, counted in ``fallbacks``, warned once per decoder with the error."""
+        self.broken.add(shape)
+        self.kept.pop(shape, None)
+        self.fallbacks += 1
+        decode = shape[0]
+        if decode in self.warned:
+            return
+        self.warned.add(decode)
+        then = "generate on the static cache" if decode == "loop" else \
+            "generate on the dynamic cache"
+        warnings.warn(f"the hf engine's {decode!r} decoding failed to compile at shape "
+                      f"{shape[1:4]} ({describe(error)}); that shape decodes "
+                      f"with {then} from now on (slower; hf/decode_fallbacks counts such "
+                      f"shapes). The run goes on.", RuntimeWarning, stacklevel=4)
 
     def _check_graphs(self, loop, shape: tuple) -> None:
         graphs = loop.graphs()

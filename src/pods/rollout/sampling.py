@@ -41,22 +41,37 @@ def rollout_keys(keys: Tensor, n: int) -> Tensor:
     return mix32(keys.repeat_interleave(n) ^ mix32(torch.arange(n).repeat(P)))
 
 
+UNIFORM_BITS = 23  # (bits + 0.5) / 2**23 is exact in float32 and lies in (0, 1), never 1
+
+
+def keyed_uniforms(row_keys: Tensor, position: Tensor, vocab: int) -> Tensor:
+    """[B, V] float32 uniforms in (0, 1), each a hash of the row's key, the ``position``
+    and the token's index: a rollout's randomness, independent of its batch."""
+    base = mix32(row_keys ^ mix32(position)).unsqueeze(1)  # [B, 1]
+    tokens = torch.arange(vocab, device=row_keys.device)  # [V]
+    bits = mix32(base ^ mix32(tokens + 0x2545F491)) >> (32 - UNIFORM_BITS)  # [B, V]
+    return (bits.float() + 0.5) / 2**UNIFORM_BITS
+
+
 def keyed_draw(scores: Tensor, row_keys: Tensor, position: Tensor,
                temperature: float | Tensor) -> tuple[Tensor, Tensor]:
-    """The token drawn from softmax(scores / temperature) by inverse CDF, with a uniform
-    that is a hash of the row's key and the ``position`` (a 0-d int64 tensor on the scores'
-    device, so that a captured decoding step needs no host value), and its log-prob under
-    that softmax in float32. scores [B, V], row_keys [B] int64 -> token [B], logprob [B]."""
-    bits = mix32(row_keys ^ mix32(position)) >> 8  # [B] 24 bits
-    probs = torch.softmax(scores.float() / temperature, dim=-1)  # [B, V]
-    cdf = probs.cumsum(-1)  # [B, V]
-    uniform = (bits.float() + 0.5) / 2**24 * cdf[:, -1]  # [B] in (0, total mass)
-    token = torch.searchsorted(cdf, uniform.unsqueeze(1)).clamp(max=scores.shape[1] - 1)
-    # the log of the float32 probability the draw used: within ~1e-6 of log_softmax, with
-    # no second pass over the vocabulary (a drawn token's probability is > 0, its CDF step
-    # holds the uniform; the clamp only guards against a rounding accident)
-    drawn = probs.gather(1, token).squeeze(1)  # [B]
-    return token.squeeze(1), drawn.clamp(min=torch.finfo(drawn.dtype).tiny).log()
+    """The token drawn from softmax(scores / temperature) by the Gumbel-max race, with a
+    uniform per token that is a hash of the row's key, the ``position`` (a 0-d int64 tensor
+    on the scores' device, so that a captured decoding step needs no host value) and the
+    token (``keyed_uniforms``), and its log-prob under that softmax in float32.
+    scores [B, V], row_keys [B] int64 -> token [B], logprob [B].
+
+    argmax_v(log p_v - log(-log u_v)) is v with probability p_v exactly (the Gumbel-max
+    trick: -log u_v are independent exponentials, and the smallest E_v / p_v is v's with
+    probability p_v). Only elementwise ops and reductions (argmax, log_softmax), no scan,
+    sort or search over the vocabulary: a compiler fuses the whole draw into one pass
+    over the logits (inductor cannot generate a cumulative sum over 49k tokens fused with
+    an argmax on torch 2.11). With 23-bit uniforms, a token whose probability is below
+    about 1e-7 of the likeliest one's is drawn a little less often than its probability."""
+    logp = torch.log_softmax(scores.float() / temperature, dim=-1)  # [B, V]
+    uniforms = keyed_uniforms(row_keys, position, scores.shape[1])  # [B, V]
+    token = (logp - (-uniforms.log()).log()).argmax(-1)  # [B]
+    return token, logp.gather(1, token.unsqueeze(1)).squeeze(1)
 
 
 class KeyedSampler:

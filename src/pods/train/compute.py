@@ -32,7 +32,9 @@ def with_compute(spec: UpdateSpec, model, ref_model, compute: Compute,
 
     from pods.models.kernels import use_kernels
 
-    copy = WeightCast(model) if compute.cast else None
+    # with liger's kernels the working copy is not the sampling copy: the sampler's forward
+    # (compiled on CUDA) keeps torch's modules
+    copy = WeightCast(model, shared=compute.kernels != "liger") if compute.cast else None
     trained = copy.module if copy is not None else \
         model.get_base_model() if hasattr(model, "peft_config") else model  # LoRA: its base
     kernels = use_kernels(trained, compute.kernels, compute.strict)  # a FusedHead with liger

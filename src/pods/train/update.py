@@ -92,10 +92,11 @@ def _compute_bytes(model) -> int:
 def _parts(model, batch: Rollouts, optim: OptimConfig, layout: str, dist: Dist,
            optimizer=None) -> tuple[list[Part], dict]:
     """The micro-batches of ``batch`` in ``layout`` and, where they were chosen from free
-    device memory (neither --micro-batch-size nor --micro-batch-tokens, a CUDA GPU),
-    ``optim/micro_batch_size`` (padded) or ``optim/micro_batch_tokens`` (the same on every
-    rank: the smallest rank's choice). Under the packed layouts every rank runs as many
-    parts as the busiest (``idle_part``)."""
+    device memory (neither --micro-batch-size nor --micro-batch-tokens, a CUDA GPU), in
+    every layout ``optim/micro_batch_tokens`` (the token positions a pass may hold; padded:
+    its rows times the batch's width; the same on every rank: the smallest rank's choice)
+    and ``optim/micro_batch_size`` (the rows of the largest pass). Under the packed layouts
+    every rank runs as many parts as the busiest (``idle_part``)."""
     rows, tokens, chosen = optim.micro_batch_size, optim.micro_batch_tokens, {}
     if rows is None and tokens is None:
         B, width = batch.completion_ids.shape[0], \
@@ -107,9 +108,11 @@ def _parts(model, batch: Rollouts, optim: OptimConfig, layout: str, dist: Dist,
         if fit is not None:
             fit = int(-dist.reduce({"fit": -fit}, "max")["fit"])  # the smallest over ranks
             rows, tokens = (fit, None) if padded else (None, fit)
-            chosen = {"optim/micro_batch_size" if padded else "optim/micro_batch_tokens":
-                      float(fit)}
     parts = micro_batches(batch, layout, rows, tokens)
+    if optim.micro_batch_size is None and optim.micro_batch_tokens is None and \
+            (rows or tokens) is not None:  # the same keys, meaning the same, in every layout
+        chosen = {"optim/micro_batch_tokens": float(tokens or rows * width),
+                  "optim/micro_batch_size": float(max(len(p.rows) for p in parts))}
     if layout != "padded" and dist.world > 1:
         most = int(dist.reduce({"parts": len(parts)}, "max")["parts"])
         parts += [idle_part(batch, layout) for _ in range(most - len(parts))]
