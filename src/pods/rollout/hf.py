@@ -12,17 +12,19 @@ float32 weights they agree to ~1e-6, from a bf16 sampling copy they do not.
 On a static cache (``--hf-compile``: auto, on a CUDA GPU, not under FSDP2; on, everywhere
 but under FSDP2) the calls of a run have fixed shapes (pods.rollout.hf_decode: the rows of
 the first chunk, prompts left-padded to a multiple of 64 columns), and each shape's cache is
-kept across calls. ``--hf-decode loop`` (the default) decodes with pods's own loop
-(pods.rollout.decode): a decoding step (forward pass, keyed sampler, log-prob, end-of-
-sequence bookkeeping) is one function, compiled on CUDA (torch.compile, mode
-reduce-overhead) so that a step is one CUDA graph replay, and the host looks at the device
-every few steps only. ``--hf-decode generate`` runs transformers' ``generate`` on the same
-kept cache (it compiles the forward pass alone and runs the sampler and bookkeeping
-eagerly around it). A bf16 sampling copy keeps its tensors' addresses when refreshed, so
-recorded graphs stay valid. The returned prompts keep their own padding. The same keys
-give the same completions and log-probs as the dynamic cache (tests/rollout/
-test_hf_static.py), up to the rounding of attention over the extra padded columns. The
-dynamic cache (``--hf-compile off``, and the default on a CPU) is ``generate`` as it was.
+kept across calls. ``--hf-decode generate`` (the default) runs transformers' ``generate``
+on the kept cache (it compiles the forward pass alone and runs the sampler and bookkeeping
+eagerly around it). ``--hf-decode loop`` (opt-in until it has passed ``make test-gpu``)
+decodes with pods's own loop (pods.rollout.decode): a decoding step (forward pass, keyed
+sampler, log-prob, end-of-sequence bookkeeping) is one function, compiled on CUDA
+(torch.compile, mode reduce-overhead) so that a step is one CUDA graph replay, and the host
+looks at the device every few steps only; a shape whose step fails to compile decodes with
+``generate`` instead (pods.rollout.hf_decode). A bf16 sampling copy keeps its tensors'
+addresses when refreshed, so recorded graphs stay valid. The returned prompts keep their
+own padding. The same keys give the same completions and log-probs as the dynamic cache
+(tests/rollout/test_hf_static.py), up to the rounding of attention over the extra padded
+columns. The dynamic cache (``--hf-compile off``, and the default on a CPU) is plain
+``generate``.
 """
 
 from __future__ import annotations

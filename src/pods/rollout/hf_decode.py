@@ -16,6 +16,13 @@ gigabytes of cache), so the update's automatic micro-batch sees that memory free
 shape's compiled step has a code object of its own (pods.rollout.decode.own_code), so no
 shape runs eagerly for want of dynamo's per-code cache; one that does anyway is warned and
 counted (``fallbacks``).
+
+A failure to compile costs speed, never the run: a shape whose compiled step fails to
+compile or to be captured as a CUDA graph (``COMPILE_ERRORS``) decodes with ``generate``
+on the static cache from then on, and one whose ``generate`` on the static cache fails so
+(transformers compiles its forward pass on CUDA) with ``generate`` on the dynamic cache;
+each decoder's failure is warned once with its error and every such shape counted in
+``fallbacks`` (``hf/decode_fallbacks`` in the step records).
 """
 
 from __future__ import annotations

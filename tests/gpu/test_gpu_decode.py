@@ -1,0 +1,76 @@
+"""On a CUDA GPU (make test-gpu): the hf engine's decode loop compiles with inductor at the
+shape that failed on torch 2.11 (256 rows over SmolLM2's 49,152-token vocabulary: the
+keyed sampler has no scan now), records one graph a shape, replays it, and draws what
+generate draws on the same static cache and keys."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig
+
+from pods.rollout.decode import DecodeLoop, Decoding
+from pods.rollout.hf_decode import StaticDecoding, run_generate
+
+pytestmark = pytest.mark.gpu
+
+ROWS, WIDTH, NEW = 256, 64, 24
+
+
+@pytest.fixture(scope="module")
+def smollm2_shaped():
+    """SmolLM2-135M's vocabulary and head layout with 2 thin layers, bf16 on the GPU."""
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=49152, hidden_size=192, intermediate_size=512,
+                         num_hidden_layers=2, num_attention_heads=3, num_key_value_heads=1,
+                         max_position_embeddings=256, tie_word_embeddings=True,
+                         bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    return AutoModelForCausalLM.from_config(config).to("cuda", torch.bfloat16).eval()
+
+
+def prompts(rows: int, width: int):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 49152, (rows, width), generator=g)
+    lengths = torch.randint(4, width + 1, (rows,), generator=g)
+    mask = (torch.arange(width) >= width - lengths[:, None]).long()
+    return (ids * mask).cuda(), mask.cuda(), torch.arange(rows).cuda()
+
+
+@pytest.mark.parametrize("temperature", [0.7, 0.0])
+def test_the_loop_compiles_once_at_256_rows_and_draws_what_generate_draws(smollm2_shaped,
+                                                                        temperature):
+    model = smollm2_shaped
+    how = Decoding(NEW, 0, 2, temperature)
+    static = StaticDecoding(None, "loop")  # compiled=True: inductor, CUDA graphs
+    ids, mask, keys = prompts(ROWS, WIDTH)
+    with torch.no_grad():
+        got, got_logprobs = static.chunk(model, ids, mask, keys, how)
+        again, _ = static.chunk(model, ids, mask, keys, how)  # a replay
+        want, want_logprobs = run_generate(model, ids, mask, keys, how)
+    (loop,) = static.kept.values()
+    assert isinstance(loop, DecodeLoop) and loop.graphs() == 1 and static.fallbacks == 0
+    assert torch.equal(again, got)
+    width = min(got.shape[1], want.shape[1])
+    same = (got[:, :width] == want[:, :width]).float().mean().item()
+    assert same > 0.98, same  # bf16 kernels fused otherwise may flip a near-tie
+    if temperature > 0:
+        both = (got[:, :width] == want[:, :width]) & (got[:, :width] != 0)
+        gap = (got_logprobs[:, :width] - want_logprobs[:, :width]).abs()[both]
+        assert gap.max() < 0.1, gap.max()
+
+
+def test_the_loop_at_1024_rows_compiles_and_a_broken_compile_falls_back(smollm2_shaped):
+    """1024 rows compile as 256 do; a compiler that raises sends the shape to generate."""
+    model = smollm2_shaped
+    how = Decoding(8, 0, 2, 1.0)
+    ids, mask, keys = prompts(1024, WIDTH)
+
+    def raising(graph, example_inputs):
+        raise NotImplementedError("a compiler that fails")
+
+    with torch.no_grad():
+        static = StaticDecoding(None, "loop")
+        static.chunk(model, ids, mask, keys, how)
+        assert next(iter(static.kept.values())).graphs() == 1 and static.fallbacks == 0
+        broken = StaticDecoding(None, "loop", compiled={"backend": raising})
+        with pytest.warns(RuntimeWarning, match="failed to compile"):
+            broken.chunk(model, ids[:64], mask[:64], keys[:64], how)
+    assert broken.fallbacks == 1
