@@ -96,6 +96,8 @@ def idle_part(batch: Rollouts, layout: str) -> Part:
     """A part that trains nothing (the first row, its completion masked out): a rank with
     fewer parts than another runs such passes, as DDP and FSDP need every rank's."""
     width = batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
+    if layout == "padded":
+        return Part(slice(0, 1), None, width, live=False)
     return _packed(batch, torch.zeros(1, dtype=torch.long), layout, width, live=False)
 
 

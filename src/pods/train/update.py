@@ -94,8 +94,10 @@ def _parts(model, batch: Rollouts, optim: OptimConfig, layout: str, dist: Dist,
     """The micro-batches of ``batch`` in ``layout`` and, where they were chosen from free
     device memory (neither --micro-batch-size nor --micro-batch-tokens, a CUDA GPU),
     ``optim/micro_batch_size`` (padded) or ``optim/micro_batch_tokens`` (the same on every
-    rank: the smallest rank's choice). Under the packed layouts every rank runs as many
-    parts as the busiest (``idle_part``)."""
+    rank: the smallest rank's choice). Every rank runs as many parts as the busiest
+    (``idle_part``; FSDP2 gathers the weights in every pass): padded parts of
+    --micro-batch-tokens hold the rows of the widest rank's width, the packed layouts'
+    whole groups."""
     rows, tokens, chosen = optim.micro_batch_size, optim.micro_batch_tokens, {}
     if rows is None and tokens is None:
         B, width = batch.completion_ids.shape[0], \
@@ -109,11 +111,21 @@ def _parts(model, batch: Rollouts, optim: OptimConfig, layout: str, dist: Dist,
             rows, tokens = (fit, None) if padded else (None, fit)
             chosen = {"optim/micro_batch_size" if padded else "optim/micro_batch_tokens":
                       float(fit)}
+    if layout == "padded" and tokens is not None:
+        rows = _padded_rows(batch, tokens, dist)
     parts = micro_batches(batch, layout, rows, tokens)
-    if layout != "padded" and dist.world > 1:
+    if dist.world > 1:
         most = int(dist.reduce({"parts": len(parts)}, "max")["parts"])
         parts += [idle_part(batch, layout) for _ in range(most - len(parts))]
     return parts, chosen
+
+
+def _padded_rows(batch: Rollouts, tokens: int, dist: Dist) -> int:
+    """Rows a padded part of ``tokens`` positions holds: at the widest rank's width
+    (Lp + Lc), as each rank trims its rows to its own longest and the ranks' parts must
+    hold the same rows to be as many."""
+    width = batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
+    return max(1, tokens // int(dist.reduce({"width": width}, "max")["width"]))
 
 
 def _step(optimizer, norm: float, iteration: int) -> bool:
