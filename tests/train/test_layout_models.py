@@ -11,54 +11,19 @@ import json
 import warnings
 
 import pytest
-import torch
-from transformers import (
-    AutoModelForCausalLM,
-    FalconConfig,
-    GPT2Config,
-    MistralConfig,
-    MptConfig,
-    StableLmConfig,
-)
 
-from pods.models.tiny import build_tokenizer
-from pods.tasks.arithmetic import Arithmetic
 from pods.train.run import train
 from runs import config
+from tiny_architectures import ARCHITECTURES, save_tiny
 
-SMALL = dict(num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=64)
-ARCHITECTURES = {  # name: (config or None: the tiny Qwen2 with LoRA, the announced layout)
-    "stablelm": (lambda: StableLmConfig(hidden_size=32, intermediate_size=64,
-                                        num_key_value_heads=2, **SMALL), "padded"),
-    "falcon": (lambda: FalconConfig(hidden_size=32, **SMALL), "padded"),
-    "mpt": (lambda: MptConfig(d_model=32, n_layers=1, n_heads=2, max_seq_len=64), "padded"),
-    "windowed mistral": (lambda: MistralConfig(
-        hidden_size=32, intermediate_size=64, num_key_value_heads=2, sliding_window=4,
-        layer_types=["full_attention"], **SMALL), "padded"),
-    "gpt2 with dropout": (lambda: GPT2Config(n_embd=32, n_layer=1, n_head=2, n_positions=64),
-                          "shared_prompt"),  # resid, embd and attn dropout 0.1
-    "lora with dropout": (None, "shared_prompt"),
-}
 LORA = dict(lora_rank=4, lora_alpha=8, lora_dropout=0.05)
 DROPOUT = {"loss/grad_norm": 5e-2, "rollout/logprob_": 0.2}  # what dropout moves: the
 # gradient, and the trainer's log-probs of the training pass the engine's are compared to
 
 
 def saved(name: str, tiny_model_dir: str, folder) -> str:
-    """The folder of a tiny random ``name`` model with the arithmetic character tokenizer."""
-    make = ARCHITECTURES[name][0]
-    if make is None:
-        return tiny_model_dir
-    tokenizer = build_tokenizer(Arithmetic.alphabet)
-    ids = dict(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-               eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    model_config = make()
-    for key, value in ids.items():
-        setattr(model_config, key, value)
-    AutoModelForCausalLM.from_config(model_config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+    """The folder of the tiny ``name`` model (the session's tiny Qwen2 for LoRA)."""
+    return tiny_model_dir if ARCHITECTURES[name][0] is None else save_tiny(name, folder)
 
 
 def run(model_dir, tmp_path, name, **fields) -> tuple[list[str], list[dict]]:
