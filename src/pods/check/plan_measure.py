@@ -124,9 +124,8 @@ def _update_costs(trainer, rollouts, order: Tensor, rows: tuple[int, ...],
                          f"run's selection keeps in the planner's batch call; use fewer rows "
                          f"or more --prompts.")
     log(f"plan: timing updates on {', '.join(map(str, rows))} kept rows")
-    check_once(trainer, KeptBatch(rollouts.select(order[:max(rows)]), torch.zeros(
-        max(rows), device=trainer.device), kept=max(rows), pad_rows=0))  # the layout the
-    # run would update in after its self-check (pods.train.layout_check), untimed
+    check_once(trainer, rollouts.select(order[:max(rows)]))  # untimed: the updates run in
+    # the layout the run would keep after its self-check (pods.train.layout_check)
     xs, ys, syncs = [], [], []
     lengths = _row_lengths(rollouts)  # [B]
     for index, count in enumerate([min(rows), *rows, *rows]):  # the first is a warm-up

@@ -107,7 +107,8 @@ def _differences(module, batch: Rollouts, layout: str, temperature: float) -> Ve
         packing = pack(batch.prompt_ids, batch.prompt_mask, ids, mask, SHARES[layout])
         with packed_attention(module):
             got = packed_logprobs(module, packing, ids, mask, temperature)  # [r, Lc]
-    gap = torch.nan_to_num((got.float() - want.float()).abs(), nan=torch.inf) * mask
+    gap = torch.where(mask.bool(), torch.nan_to_num((got.float() - want.float()).abs(),
+                                                    nan=torch.inf), 0.0)  # [r, Lc] NaN: inf
     tokens = mask.sum(1)  # [r]
     if not tokens.any():
         return Verdict(0.0, 0.0)
@@ -201,14 +202,14 @@ def _groups(batch: Rollouts) -> int:
     return len(prompt_groups(batch.prompt_ids[rows], batch.prompt_mask[rows], True).unique())
 
 
-def check_once(trainer, kept) -> None:
+def check_once(trainer, kept_rows: Rollouts) -> None:
     """Before ``trainer``'s first update (once, untimed): its update spec with the layout
-    ``checked_layout`` keeps, on the kept batch ``kept`` (a KeptBatch)."""
+    ``checked_layout`` keeps on ``kept_rows`` (this rank's kept rollouts)."""
     from pods.models.precision import autocast
 
     if trainer.layout_checked:
         return
     trainer.layout_checked = True
     with trainer.engine.asleep(), autocast(trainer.device, trainer.precision.update):
-        trainer.update_spec = checked_layout(trainer.wrapped, kept.rows, trainer.update_spec,
+        trainer.update_spec = checked_layout(trainer.wrapped, kept_rows, trainer.update_spec,
                                              trainer.dist, trainer.log)

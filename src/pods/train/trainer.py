@@ -193,7 +193,7 @@ class Trainer:
         self.updating = True
         losses, lr = {}, self._set_lr()
         if sampled.signal:  # else every kept advantage is 0: no update (optim/skipped 1)
-            check_once(self, sampled.kept)  # the layout gives padded's log-probs, else
+            check_once(self, sampled.kept.rows)  # the layout gives padded's log-probs, else
             # padded (once, untimed: pods.train.layout_check)
             with self.clock.phase("update"), self.engine.asleep(), \
                     autocast(self.device, self.precision.update):
