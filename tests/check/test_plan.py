@@ -100,6 +100,8 @@ def test_plan_on_the_embedded_model(tiny_model_dir, tmp_path, capsys):
     # the precision the planned run would train in (pods.models.precision)
     assert "precision: weights float32 (AdamW's master copy), update computes in float32" \
         in printed
+    # the updates are timed in the layout the run would keep after its self-check
+    assert "update layout: shared_prompt gives padded's log-probs" in printed
     saved = json.loads(out.read_text())
     rewards = torch.tensor(saved["rewards"])
     assert rewards.shape == (4, 6) and ((rewards >= 0) & (rewards <= 1)).all()

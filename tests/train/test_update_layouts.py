@@ -1,15 +1,15 @@
 """The update's layouts (pods.train.layout): micro-batches by tokens, one update equal to
-padded's in every pass and combination, the check before the first update, and a step
-record of the embedded default equal to padded's."""
+padded's in every pass and combination, the self-check (pods.train.layout_check); whole
+runs of each architecture are in test_layout_models.py."""
 
 import copy
-import json
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 from pods.config import LossConfig, OptimConfig
+from pods.models.packed_attention import refusal
 from pods.rollout import Rollouts
 from pods.train.compute import Compute, with_compute
 from pods.train.layout import choose, micro_batches, positions
@@ -154,56 +154,98 @@ def test_auto_takes_shared_prompt_where_the_attention_allows_and_says_why_not():
     with pytest.raises(ValueError, match="--update-layout padded or auto"):
         choose("shared_prompt", sliding)
     assert choose("padded", llama())[0] == "padded"
+    from transformers import MistralConfig
+
+    windowed = MistralConfig(sliding_window=4, num_hidden_layers=2,
+                             layer_types=["full_attention"] * 2)
+    assert "sliding_window 4" in refusal(windowed)  # Mistral windows every layer regardless
+
+
+def check(model, spec=None, dist=None):
+    """checked_layout of shared_prompt on kept_rows: (the layout kept, the lines said)."""
+    from pods.runtime.distributed import Dist
+    from pods.train.layout_check import checked_layout
+
+    spec = spec or UpdateSpec(OptimConfig(), LossConfig(), 1.0, 9, layout="shared_prompt")
+    said = []
+    return checked_layout(model, kept_rows(), spec, dist or Dist(world=1),
+                          said.append).layout, said
 
 
 def test_a_layout_that_differs_from_padded_falls_back_before_the_first_update(monkeypatch):
     import pods.models.packing as packing
-    from pods.runtime.distributed import Dist
-    from pods.train.layout_check import checked_layout
 
     model = llama()
-    spec = UpdateSpec(OptimConfig(), LossConfig(), 1.0, 9, layout="shared_prompt")
-    kept = KeptBatch(kept_rows(), torch.zeros(7), kept=6, pad_rows=1)
-    said = []
-    assert checked_layout(model, None, kept, spec, Dist(world=1), said.append) is spec
-    assert "gives padded's log-probs" in said[-1]
+    layout, said = check(model)
+    assert layout == "shared_prompt" and "gives padded's log-probs on rows of 3 groups" in \
+        said[-1]
     real = packing.Packing.masks
     monkeypatch.setattr(packing.Packing, "masks", lambda self: (
         real(self)[0], torch.ones_like(real(self)[1])))  # completions see every row
-    with pytest.warns(RuntimeWarning, match="falls back to --update-layout padded"):
-        assert checked_layout(model, None, kept, spec, Dist(world=1),
-                              said.append).layout == "padded"
+    with pytest.warns(RuntimeWarning, match="a token.*falls back to --update-layout padded"):
+        assert check(model)[0] == "padded"
 
 
-# records whose meaning is the same in every layout but whose value is the layout's shape
-LAYOUT_SHAPED = ("update/positions", "optim/micro_batch_tokens", "optim/micro_batch_size")
+def test_a_packed_pass_that_raises_falls_back_with_its_error_and_modes_restored():
+    from transformers import StableLmConfig
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(StableLmConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2)).train()
+    model.model.layers[0].mlp.eval()  # a module the run keeps in eval mode stays so
+    with pytest.warns(RuntimeWarning, match="failed: RuntimeError: attention 'pods_packed' "
+                                            "was called without pods_packing="):
+        assert check(model)[0] == "padded"  # its decoder layer drops the keyword
+    assert model.training and model.model.layers[0].self_attn.training
+    assert not model.model.layers[0].mlp.training
 
 
-def test_a_step_of_the_embedded_default_equals_padded(tmp_path):
-    """Two steps of `pods train` with each layout: every field of the records equal but
-    times and the positions (float32 rounding: the loss and gradient norm to 1e-4)."""
-    from pods.cli import main
+def test_the_check_runs_without_dropout_and_restores_train_mode():
+    from transformers import GPT2Config
 
-    for layout in ("padded", "shared_prompt"):
-        main(["train", "--max-steps", "2", "--eval-every", "1e9", "--update-layout", layout,
-              "--out-dir", str(tmp_path), "--run-name", layout, "--progress", "false",
-              "--checkpoint-every", "1e9"])
-    records = {layout: [r for r in map(json.loads, (tmp_path / layout / "metrics.jsonl")
-                                       .read_text().splitlines()) if r["kind"] == "step"]
-               for layout in ("padded", "shared_prompt")}
-    for want, got in zip(records["padded"], records["shared_prompt"], strict=True):
-        assert got.keys() == want.keys()  # the same records, whatever the layout
-        for key, value in want.items():
-            if key.startswith(("time", "mem/")) or key in LAYOUT_SHAPED:
-                continue
-            if isinstance(value, str):
-                assert got[key] == value, key
-            elif key.startswith("rollout/logprob_gap"):  # float32 rounding itself: ~1e-6
-                assert got[key] == pytest.approx(value, abs=1e-5), key
-            else:
-                assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
-        assert got["update/positions"] < 0.5 * want["update/positions"]
-        assert got["update/padded_positions"] == want["update/positions"]
+    torch.manual_seed(0)
+    gpt2 = AutoModelForCausalLM.from_config(GPT2Config(
+        vocab_size=64, n_embd=32, n_layer=1, n_head=2, n_positions=64)).train()  # dropout 0.1
+    assert check(gpt2)[0] == "shared_prompt" and gpt2.training
+    model = llama()
+    spec = with_compute(UpdateSpec(OptimConfig(), LossConfig(), 1.0, 9, layout="shared_prompt"),
+                        model, None, Compute(cast=True), log=lambda line: None)
+    assert check(model, spec)[0] == "shared_prompt"
+    assert all(m.training for m in spec.cast.module.modules())  # refreshed, then restored
+
+
+class OtherRank:
+    """A second rank for the check's reductions: its packed pass raised."""
+
+    world = 2
+
+    def unwrap(self, model):
+        return model
+
+    def reduce(self, values, op):
+        return {k: max(v, float("inf")) for k, v in values.items()}
+
+    def gather_objects(self, obj):
+        return [obj, "ValueError: on rank 1"]
+
+
+def test_every_rank_falls_back_when_one_rank_failed():
+    with pytest.warns(RuntimeWarning, match="failed: ValueError: on rank 1"):
+        assert check(llama(), dist=OtherRank())[0] == "padded"
+
+
+def test_the_check_takes_the_first_rows_of_groups_across_the_batch():
+    from pods.train.layout_check import check_rows
+
+    batch = kept_rows()  # groups of 3 (and the padding row), 2 and 1 rows
+    assert check_rows(batch).tolist() == [0, 1, 2, 6, 3, 4, 5]
+    ten = Rollouts(*(t.repeat_interleave(4, 0) for t in (  # 10 groups of 4 rows
+        torch.arange(10)[:, None] + torch.zeros(1, 3, dtype=torch.long),
+        torch.ones(10, 3, dtype=torch.long), torch.ones(10, 2, dtype=torch.long),
+        torch.ones(10, 2, dtype=torch.long))), [""] * 40)
+    assert check_rows(ten).tolist() == [0, 1, 2, 3, 12, 13, 14, 15, 24, 25, 26, 27,
+                                         36, 37, 38, 39]  # groups 0, 3, 6 and 9
 
 
 def test_the_micro_batch_from_free_memory_is_tokens_under_the_packed_layouts(monkeypatch):
@@ -222,7 +264,7 @@ def test_the_micro_batch_from_free_memory_is_tokens_under_the_packed_layouts(mon
     parts, chosen = update_module._parts(llama(), batch, optim, "shared_prompt", Dist(world=1))
     assert calls[-1] == (7 * 16, 1) and chosen == {
         "optim/micro_batch_tokens": 20.0,
-        "optim/micro_batch_size": max(float(len(p.rows)) for p in parts)}
+        "optim/micro_batch_size": max(float(len(p.rows)) for p in parts)}  # rows: tensors
     assert all(p.tokens(batch) <= 20 for p in parts if len(p.rows) > 1)  # whole groups, or one row
     parts, chosen = update_module._parts(llama(), batch, optim, "padded", Dist(world=1))
     assert calls[-1] == (7, 16)  # the same keys: 3 rows of the batch's 16 positions a pass

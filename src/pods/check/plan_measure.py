@@ -26,6 +26,7 @@ from pods.core.selection import select
 from pods.models.precision import autocast
 from pods.rollout import sample_keys
 from pods.rollout.prompts import render_prompts
+from pods.train.layout_check import check_once
 from pods.train.selection import KeptBatch, selection_spec
 from pods.train.update import policy_update
 
@@ -123,6 +124,8 @@ def _update_costs(trainer, rollouts, order: Tensor, rows: tuple[int, ...],
                          f"run's selection keeps in the planner's batch call; use fewer rows "
                          f"or more --prompts.")
     log(f"plan: timing updates on {', '.join(map(str, rows))} kept rows")
+    check_once(trainer, rollouts.select(order[:max(rows)]))  # untimed: the updates run in
+    # the layout the run would keep after its self-check (pods.train.layout_check)
     xs, ys, syncs = [], [], []
     lengths = _row_lengths(rollouts)  # [B]
     for index, count in enumerate([min(rows), *rows, *rows]):  # the first is a warm-up

@@ -89,8 +89,9 @@ def refusal(config) -> str | None:
     types = set(getattr(config, "layer_types", None) or [])
     if types - {"full_attention"}:
         return f"layers of type {', '.join(sorted(types - {'full_attention'}))}"
-    window = getattr(config, "sliding_window", None)
-    if window and (getattr(config, "use_sliding_window", True) and not types):
+    window = getattr(config, "sliding_window", None)  # whatever layer_types says: Mistral,
+    # Mixtral and Phi-3 pass it to every layer's attention, a layer_types list or not
+    if window and getattr(config, "use_sliding_window", True):
         return f"sliding-window attention (sliding_window {window})"
     for name in CHANGED_ATTENTION:
         if getattr(config, name, None) not in (None, False, 0):

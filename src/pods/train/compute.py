@@ -23,14 +23,16 @@ class Compute:
 
 
 def with_compute(spec: UpdateSpec, model, ref_model, compute: Compute,
-                 log=print) -> UpdateSpec:
+                 log=print, dist=None) -> UpdateSpec:
     """``spec`` with the run's update compute (``Compute``: liger's kernels put on the
     module the passes run through and on ``ref_model``) and its layout (``spec.layout``,
     --update-layout as asked) resolved for the model, said in one line to ``log``
-    (pods.train.layout.choose)."""
+    (pods.train.layout.choose; a packed layout tried on a few made-up rows first, on every
+    rank of ``dist``, a pods.runtime.distributed.Dist: pods.train.layout_check)."""
     from dataclasses import replace
 
     from pods.models.kernels import use_kernels
+    from pods.train.layout_check import start_problem
 
     # with liger's kernels the working copy is not the sampling copy: the sampler's forward
     # (compiled on CUDA) keeps torch's modules
@@ -40,6 +42,7 @@ def with_compute(spec: UpdateSpec, model, ref_model, compute: Compute,
     kernels = use_kernels(trained, compute.kernels, compute.strict)  # a FusedHead with liger
     if ref_model is not None:
         use_kernels(ref_model, kernels, compute.strict)
-    layout, note = choose(spec.layout, trained)
+    layout, note = choose(spec.layout, trained,
+                          attempt=lambda layout: start_problem(trained, layout, dist))
     log(note)
     return replace(spec, cast=copy, layout=layout)

@@ -26,20 +26,25 @@ from pods.rollout import Rollouts
 SHARES = {"packed": False, "shared_prompt": True}  # the packed layouts: prompts shared?
 
 
-def choose(requested: str, model) -> tuple[str, str]:
+def choose(requested: str, model, attempt=None) -> tuple[str, str]:
     """The layout of ``requested`` for ``model`` (auto: shared_prompt where the model's
-    attention allows it, else padded) and the start-up line that says which and why."""
+    attention allows it, else padded) and the start-up line that says which and why.
+    ``attempt(layout)``, where given, runs the packed layout on the model and says why it
+    cannot be used (None: it can; pods.train.layout_check.start_problem): tried where
+    the model's config allows the layout."""
     from pods.models.packed_attention import refusal
 
-    why = refusal(getattr(model, "config", None))
     if requested == "padded":
         return "padded", "update layout: padded (--update-layout padded)"
+    layout = "shared_prompt" if requested == "auto" else requested
+    why = refusal(getattr(model, "config", None))
+    if why is None and attempt is not None:
+        why = attempt(layout)
     if why is not None:
         if requested != "auto":
             raise ValueError(f"--update-layout {requested} cannot compute this model's "
                              f"attention exactly ({why}); use --update-layout padded or auto.")
         return "padded", f"update layout: padded (the packed layouts do not compute {why})"
-    layout = "shared_prompt" if requested == "auto" else requested
     what = {"packed": "each row's tokens once, no padding",
             "shared_prompt": "each prompt once a group, no padding"}[layout]
     return layout, f"update layout: {layout} ({what}; checked against padded before the " \
@@ -96,6 +101,8 @@ def idle_part(batch: Rollouts, layout: str) -> Part:
     """A part that trains nothing (the first row, its completion masked out): a rank with
     fewer parts than another runs such passes, as DDP and FSDP need every rank's."""
     width = batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
+    if layout == "padded":
+        return Part(slice(0, 1), None, width, live=False)
     return _packed(batch, torch.zeros(1, dtype=torch.long), layout, width, live=False)
 
 

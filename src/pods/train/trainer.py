@@ -44,7 +44,7 @@ from pods.train.checkpoint import (
 )
 from pods.train.checks import check
 from pods.train.compute import Compute, with_compute
-from pods.train.layout_check import checked_layout
+from pods.train.layout_check import check_once
 from pods.train.optimizer import run_optimizer
 from pods.train.progress import Clock, over_ranks, silent
 from pods.train.sampling import INPUT, Round, assemble, enough, varied
@@ -110,7 +110,7 @@ class Trainer:
                        config.rollout.max_new_tokens, layout=config.optim.update_layout),
             self.model, self.ref_model, Compute(self.precision.cast == "step", kernels,
                                                 config.model.update_kernels == "liger"),
-            log=self.log)
+            log=self.log, dist=self.dist)
         self.layout_checked = False  # the layout is checked against padded once, at first
 
     def _reference_model(self):
@@ -193,12 +193,8 @@ class Trainer:
         self.updating = True
         losses, lr = {}, self._set_lr()
         if sampled.signal:  # else every kept advantage is 0: no update (optim/skipped 1)
-            if not self.layout_checked:  # once, untimed: the layout gives padded's
-                self.layout_checked = True  # log-probs, else padded (pods.train.layout_check)
-                with self.engine.asleep(), autocast(self.device, self.precision.update):
-                    self.update_spec = checked_layout(self.wrapped, self.ref_model,
-                                                      sampled.kept, self.update_spec,
-                                                      self.dist, self.log)
+            check_once(self, sampled.kept.rows)  # the layout gives padded's log-probs, else
+            # padded (once, untimed: pods.train.layout_check)
             with self.clock.phase("update"), self.engine.asleep(), \
                     autocast(self.device, self.precision.update):
                 losses = policy_update(self.wrapped, self.ref_model, self.optimizer,

@@ -95,8 +95,10 @@ def _parts(model, batch: Rollouts, optim: OptimConfig, layout: str, dist: Dist,
     device memory (neither --micro-batch-size nor --micro-batch-tokens, a CUDA GPU), in
     every layout ``optim/micro_batch_tokens`` (the token positions a pass may hold; padded:
     its rows times the batch's width; the same on every rank: the smallest rank's choice)
-    and ``optim/micro_batch_size`` (the rows of the largest pass). Under the packed layouts
-    every rank runs as many parts as the busiest (``idle_part``)."""
+    and ``optim/micro_batch_size`` (the rows of the largest pass). Every rank runs as many
+    parts as the busiest (``idle_part``; FSDP2 gathers the weights in every pass): padded
+    parts of --micro-batch-tokens hold the rows of the widest rank's width, the packed
+    layouts' whole groups."""
     rows, tokens, chosen = optim.micro_batch_size, optim.micro_batch_tokens, {}
     if rows is None and tokens is None:
         B, width = batch.completion_ids.shape[0], \
@@ -108,15 +110,26 @@ def _parts(model, batch: Rollouts, optim: OptimConfig, layout: str, dist: Dist,
         if fit is not None:
             fit = int(-dist.reduce({"fit": -fit}, "max")["fit"])  # the smallest over ranks
             rows, tokens = (fit, None) if padded else (None, fit)
+    if layout == "padded" and tokens is not None:
+        rows = _padded_rows(batch, tokens, dist)
     parts = micro_batches(batch, layout, rows, tokens)
     if optim.micro_batch_size is None and optim.micro_batch_tokens is None and \
             (rows or tokens) is not None:  # the same keys, meaning the same, in every layout
         chosen = {"optim/micro_batch_tokens": float(tokens or rows * width),
-                  "optim/micro_batch_size": float(max(len(p.rows) for p in parts))}
-    if layout != "padded" and dist.world > 1:
+                  "optim/micro_batch_size": float(max(len(p.take(batch.completion_ids))
+                                                      for p in parts))}
+    if dist.world > 1:
         most = int(dist.reduce({"parts": len(parts)}, "max")["parts"])
         parts += [idle_part(batch, layout) for _ in range(most - len(parts))]
     return parts, chosen
+
+
+def _padded_rows(batch: Rollouts, tokens: int, dist: Dist) -> int:
+    """Rows a padded part of ``tokens`` positions holds: at the widest rank's width
+    (Lp + Lc), as each rank trims its rows to its own longest and the ranks' parts must
+    hold the same rows to be as many."""
+    width = batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
+    return max(1, tokens // int(dist.reduce({"width": width}, "max")["width"]))
 
 
 def _step(optimizer, norm: float, iteration: int) -> bool:
