@@ -145,7 +145,10 @@ def test_the_bf16_working_copy_is_within_bf16_rounding():
 
 
 def test_auto_takes_shared_prompt_where_the_attention_allows_and_says_why_not():
-    assert choose("auto", llama())[0] == "shared_prompt"
+    layout, line = choose("auto", llama())
+    assert layout == "shared_prompt" and line.startswith("update layout: auto chose "
+                                                         "shared_prompt (")
+    assert "attention: sdpa" in line
     sliding = AutoModelForCausalLM.from_config(LlamaConfig(
         vocab_size=64, hidden_size=48, intermediate_size=96, num_hidden_layers=1,
         num_attention_heads=6, num_key_value_heads=2, attn_logit_softcapping=30.0))
@@ -154,6 +157,47 @@ def test_auto_takes_shared_prompt_where_the_attention_allows_and_says_why_not():
     with pytest.raises(ValueError, match="--update-layout padded or auto"):
         choose("shared_prompt", sliding)
     assert choose("padded", llama())[0] == "padded"
+
+
+MEASURED = {"shared_prompt": 0.5, "packed": 1.2}  # a GPU check's figures (x padded's time)
+AUTO = [  # device, FlexAttention, rows per group, refusal, measured -> layout, reason
+    ("cpu", False, 16, None, None, "shared_prompt", "each prompt once"),
+    ("cpu", False, 1, None, None, "shared_prompt", "each prompt once"),  # as before
+    ("cpu", False, 16, "sliding-window attention", None, "padded", "sliding-window"),
+    ("cuda", True, 16, None, None, "padded", "not been measured faster"),
+    ("cuda", True, 1, None, None, "padded", "packed has not been measured"),
+    ("cuda", False, 16, None, MEASURED, "padded", "no FlexAttention"),
+    ("cuda", True, 16, "layers of type linear", MEASURED, "padded", "linear"),
+    ("cuda", True, 16, None, MEASURED, "shared_prompt", "0.50x padded's"),
+    ("cuda", True, 1, None, MEASURED, "padded", "packed took 1.20x"),  # rows share no prompt
+    ("cuda", True, 1, None, {"packed": 0.9}, "packed", "0.90x padded's"),
+]
+
+
+@pytest.mark.parametrize("device,flex,rows,refused,measured,layout,reason", AUTO)
+def test_auto_takes_what_was_measured_on_the_device_kind(monkeypatch, device, flex, rows,
+                                                         refused, measured, layout, reason):
+    import pods.train.layout as layouts
+
+    if measured is not None:
+        monkeypatch.setattr(layouts, "CUDA_MEASURED", {**layouts.CUDA_MEASURED, **measured})
+    chosen, why = layouts.auto_layout(device, flex, rows, refused)
+    assert chosen == layout and reason in why, why
+
+
+def test_a_packed_layout_asked_on_cuda_needs_its_flex_kernel(monkeypatch):
+    import pods.models.packed_flex as packed_flex
+    import pods.train.layout as layouts
+
+    monkeypatch.setattr(layouts, "_device", lambda model: torch.device("cuda"))
+    monkeypatch.delenv(packed_flex.ENV, raising=False)
+    layout, line = choose("auto", llama())
+    assert layout == "padded" and line.startswith("update layout: auto chose padded (") \
+        and "docs/results/gpu.md" in line
+    assert "attention: flex" in choose("shared_prompt", llama())[1]
+    monkeypatch.setenv(packed_flex.ENV, "sdpa")
+    with pytest.raises(ValueError, match="needs its FlexAttention kernel"):
+        choose("packed", llama())
 
 
 def test_a_layout_that_differs_from_padded_falls_back_before_the_first_update(monkeypatch):

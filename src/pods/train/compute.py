@@ -23,11 +23,11 @@ class Compute:
 
 
 def with_compute(spec: UpdateSpec, model, ref_model, compute: Compute,
-                 log=print) -> UpdateSpec:
+                 log=print, rows_per_group: int = 2) -> UpdateSpec:
     """``spec`` with the run's update compute (``Compute``: liger's kernels put on the
     module the passes run through and on ``ref_model``) and its layout (``spec.layout``,
-    --update-layout as asked) resolved for the model, said in one line to ``log``
-    (pods.train.layout.choose)."""
+    --update-layout as asked) resolved for the model and its groups of ``rows_per_group``
+    kept rows (m), said in one line to ``log`` (pods.train.layout.choose)."""
     from dataclasses import replace
 
     from pods.models.kernels import use_kernels
@@ -38,6 +38,6 @@ def with_compute(spec: UpdateSpec, model, ref_model, compute: Compute,
     kernels = use_kernels(trained, compute.kernels, compute.strict)  # a FusedHead with liger
     if ref_model is not None:
         use_kernels(ref_model, kernels, compute.strict)
-    layout, note = choose(spec.layout, trained)
+    layout, note = choose(spec.layout, trained, rows_per_group)
     log(note)
     return replace(spec, cast=copy, layout=layout)

@@ -110,7 +110,7 @@ class Trainer:
                        config.rollout.max_new_tokens, layout=config.optim.update_layout),
             self.model, self.ref_model, Compute(self.precision.cast == "step", kernels,
                                                 config.model.update_kernels == "liger"),
-            log=self.log)
+            log=self.log, rows_per_group=config.selection.m)
         self.layout_checked = False  # the layout is checked against padded once, at first
 
     def _reference_model(self):
