@@ -118,3 +118,40 @@ def test_the_kernel_is_flex_on_cuda_only_unless_asked(monkeypatch):
     monkeypatch.setenv(packed_flex.ENV, "math")
     with pytest.raises(ValueError, match="use one of flex, sdpa"):
         packed_flex.kernel_for(torch.device("cpu"))
+
+
+def long_rows(vocabulary: int, device: str):
+    """Four prompts of 40-150 tokens, each kept by four rows of 1-200 completion tokens
+    (one row empty): several 128-blocks, full and partial ones."""
+    g = torch.Generator().manual_seed(1)
+    plen = torch.randint(40, 150, (4,), generator=g).repeat_interleave(4)  # [16]
+    clen = torch.randint(1, 200, (16,), generator=g)
+    clen[5] = 0
+    Lp, Lc = int(plen.max()), int(clen.max())
+    prompt = torch.randint(3, vocabulary, (4, Lp), generator=g).repeat_interleave(4, 0)
+    prompt_mask = (torch.arange(Lp) >= Lp - plen[:, None]).long()
+    completion_mask = (torch.arange(Lc) < clen[:, None]).long()
+    completion = torch.randint(3, vocabulary, (16, Lc), generator=g) * completion_mask
+    return tuple(x.to(device) for x in (prompt * prompt_mask, prompt_mask, completion,
+                                        completion_mask))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: FlexAttention "
+                    "compiles there, and has a backward")
+@pytest.mark.parametrize("kernel", ["flex", "sdpa"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_on_cuda_each_kernel_gives_padded_log_probs_and_gradients(monkeypatch, kernel,
+                                                                  layout):
+    """Compiled FlexAttention, and the SDPA path with repeated heads, against the padded
+    layout on the GPU (float32; the kernels' own roundings: TF32 where they take it)."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    monkeypatch.setenv(packed_flex.ENV, kernel)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(LlamaConfig(
+        vocab_size=256, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512,
+        tie_word_embeddings=True)).cuda().train()  # head dim 32, GQA
+    assert_same(model, long_rows(256, "cuda"), layout, dict(atol=2e-3, rtol=2e-3))
+    assert not packed_flex._failed  # FlexAttention compiled
