@@ -3,6 +3,7 @@
 reads the device as often as one of 2. On a GPU each such read stalls the queue of kernels
 (``.item()``, a boolean mask's ``nonzero``); counted here at the dispatcher on a CPU."""
 
+import traceback
 import warnings
 from collections import Counter
 
@@ -103,3 +104,31 @@ def test_flex_attentions_forward_reads_no_host_a_layer(monkeypatch):
         assert packing.cached("kernel", lambda: None) == "flex"
         counts.append(reads.counts)
     assert counts[0] == counts[1], counts
+
+
+class UpdateReads(HostReads):
+    """Scalar reads (``.item()``, ``float()``) made by the update's own code
+    (pods.train), not by the model it calls."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ == "_local_scalar_dense":
+            ours = [f for f in traceback.extract_stack() if "/pods/" in f.filename]
+            if ours and "/pods/train/" in ours[-1].filename:
+                self.counts[f"{ours[-1].filename.split('/pods/')[-1]}:{ours[-1].lineno}"] += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("layout", ["padded", "shared_prompt"])
+def test_the_updates_own_reads_do_not_grow_with_its_micro_batches(layout):
+    """Each part's loss and metrics are read in one transfer after the last backward."""
+    counts = []
+    for rows in (None, 1):  # one pass, or seven
+        policy = model(2)
+        spec = UpdateSpec(OptimConfig(micro_batch_size=rows), LossConfig(), 0.8, 9,
+                          layout=layout)
+        kept = KeptBatch(kept_rows(), torch.linspace(-1, 1, 7), kept=6, pad_rows=1)
+        with UpdateReads() as reads:
+            policy_update(policy, None, torch.optim.SGD(policy.parameters(), lr=0.1), kept,
+                          spec)
+        counts.append(sum(reads.counts.values()))
+    assert 0 < counts[0] == counts[1] <= 4, counts  # the normaliser's two, the step's norm

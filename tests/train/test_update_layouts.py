@@ -245,7 +245,9 @@ def test_a_step_of_the_embedded_default_equals_padded(tmp_path):
 
 def test_the_micro_batch_from_free_memory_is_tokens_under_the_packed_layouts(monkeypatch):
     """On a CUDA GPU with no micro-batch set, the estimate of pods.train.micro_batch gives
-    the packed layouts a token budget (rows of one token) and padded rows of its width."""
+    a budget of positions a pass: the packed layouts take it as tokens, padded as rows of
+    its width. It is measured once a run, not at every update (its memory reads are host
+    synchronisations)."""
     import pods.train.update as update_module
     from pods.runtime.distributed import Dist
 
@@ -253,12 +255,21 @@ def test_the_micro_batch_from_free_memory_is_tokens_under_the_packed_layouts(mon
 
     def fake(model, rows, row_tokens, compute_bytes, device, optimizer=None):
         calls.append((rows, row_tokens))
-        return 20 if row_tokens == 1 else 3
+        return 50  # positions
     monkeypatch.setattr(update_module, "auto_micro_batch", fake)
-    batch, optim = kept_rows(), OptimConfig()
-    parts, chosen = update_module._parts(llama(), batch, optim, "shared_prompt", Dist(world=1))
-    assert calls[-1] == (7 * 16, 1) and chosen == {"optim/micro_batch_tokens": 20.0}
-    assert all(p.tokens(batch) <= 20 for p in parts if len(p.rows) > 1)  # whole groups, or one row
-    parts, chosen = update_module._parts(llama(), batch, optim, "padded", Dist(world=1))
-    assert calls[-1] == (7, 16) and chosen == {"optim/micro_batch_size": 3.0}
+    batch, spec = kept_rows(), UpdateSpec(OptimConfig(), LossConfig(), 1.0, 9,
+                                          layout="shared_prompt")
+    parts, chosen = update_module._parts(llama(), batch, spec, Dist(world=1))
+    assert calls == [(2**62, 1)] and chosen == {"optim/micro_batch_tokens": 50.0}
+    assert all(p.tokens(batch) <= 50 for p in parts if len(p.rows) > 1)  # whole groups, or one row
+    padded = UpdateSpec(OptimConfig(), LossConfig(), 1.0, 9, budget=spec.budget)
+    parts, chosen = update_module._parts(llama(), batch, padded, Dist(world=1))
+    assert chosen == {"optim/micro_batch_size": 3.0}  # 50 // 16 positions a row
     assert [p.rows for p in parts] == [slice(0, 3), slice(3, 6), slice(6, 9)]
+    assert len(calls) == 1  # the budget of the first update
+    policy = llama()
+    for _ in range(2):
+        policy_update(policy, None, torch.optim.SGD(policy.parameters(), lr=0.1),
+                      KeptBatch(kept_rows(), torch.linspace(-1, 1, 7), kept=6, pad_rows=1),
+                      spec)
+    assert len(calls) == 1

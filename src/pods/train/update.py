@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -35,6 +35,7 @@ from pods.train.update_metrics import (
     gap_metrics,
     is_metrics,
     merge_gap,
+    read_logged,
 )
 
 
@@ -49,6 +50,8 @@ class UpdateSpec:
     cast: WeightCast | None = None  # --weight-cast step: the bf16 copy the passes run on
     # (autocast off inside the update); None: the model itself, under the caller's autocast
     layout: str = "padded"  # padded, packed or shared_prompt (pods.train.layout.choose)
+    budget: dict = field(default_factory=dict, compare=False)  # "tokens": the positions a
+    # pass holds by free device memory, measured at the run's first update (``_parts``)
 
 
 def _logprobs(model, batch: Rollouts, part: Part, temperature: float) -> Tensor:
@@ -89,23 +92,21 @@ def _compute_bytes(model) -> int:
         torch.is_autocast_enabled(p.device.type) else 4
 
 
-def _parts(model, batch: Rollouts, optim: OptimConfig, layout: str, dist: Dist,
+def _parts(model, batch: Rollouts, spec: UpdateSpec, dist: Dist,
            optimizer=None) -> tuple[list[Part], dict]:
-    """The micro-batches of ``batch`` in ``layout`` and, where they were chosen from free
-    device memory (neither --micro-batch-size nor --micro-batch-tokens, a CUDA GPU),
-    ``optim/micro_batch_size`` (padded) or ``optim/micro_batch_tokens`` (the same on every
-    rank: the smallest rank's choice). Under the packed layouts every rank runs as many
-    parts as the busiest (``idle_part``)."""
+    """The micro-batches of ``batch`` in ``spec.layout`` and, where they were chosen from
+    free device memory (neither --micro-batch-size nor --micro-batch-tokens, a CUDA GPU),
+    ``optim/micro_batch_size`` (padded) or ``optim/micro_batch_tokens``. Under the packed
+    layouts every rank runs as many parts as the busiest (``idle_part``)."""
+    optim, layout = spec.optim, spec.layout
     rows, tokens, chosen = optim.micro_batch_size, optim.micro_batch_tokens, {}
     if rows is None and tokens is None:
         B, width = batch.completion_ids.shape[0], \
             batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
-        p = next(model.parameters())
-        padded = layout == "padded"
-        fit = auto_micro_batch(model, B if padded else B * width, width if padded else 1,
-                               _compute_bytes(model), p.device, optimizer)  # rows or tokens
-        if fit is not None:
-            fit = int(-dist.reduce({"fit": -fit}, "max")["fit"])  # the smallest over ranks
+        budget = _token_budget(model, spec, dist, optimizer)  # positions a pass, or None
+        if budget is not None:
+            padded = layout == "padded"
+            fit = max(1, min(B, budget // width)) if padded else min(B * width, budget)
             rows, tokens = (fit, None) if padded else (None, fit)
             chosen = {"optim/micro_batch_size" if padded else "optim/micro_batch_tokens":
                       float(fit)}
@@ -114,6 +115,20 @@ def _parts(model, batch: Rollouts, optim: OptimConfig, layout: str, dist: Dist,
         most = int(dist.reduce({"parts": len(parts)}, "max")["parts"])
         parts += [idle_part(batch, layout) for _ in range(most - len(parts))]
     return parts, chosen
+
+
+def _token_budget(model, spec: UpdateSpec, dist: Dist, optimizer) -> int | None:
+    """The positions one pass holds by the device's free memory (pods.train.micro_batch;
+    the same on every rank: the smallest rank's), measured at the run's first update and
+    kept in ``spec.budget``: not read again at every update (the allocator's snapshot, the
+    driver's free memory and a reduction over the ranks are host reads). None off CUDA."""
+    if "tokens" not in spec.budget:
+        p = next(model.parameters())
+        fit = auto_micro_batch(model, 2**62, 1, _compute_bytes(model), p.device, optimizer)
+        if fit is not None:
+            fit = int(-dist.reduce({"fit": -fit}, "max")["fit"])  # the smallest over ranks
+        spec.budget["tokens"] = fit
+    return spec.budget["tokens"]
 
 
 def _step(optimizer, norm: float, iteration: int) -> bool:
@@ -183,7 +198,7 @@ def _update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
     base = dist.unwrap(model)  # no-grad passes and the LoRA switch skip the engine wrapper
     trained = base if cast is None else cast.module  # the module the passes run through
     forward = model if cast is None else cast.module  # with DDP's wrapper where it has one
-    parts, chosen = _parts(trained, batch, optim, spec.layout, dist, optimizer)
+    parts, chosen = _parts(trained, batch, spec, dist, optimizer)
     mask = batch.completion_mask.float()  # [B, Lc]
     engine = engine_logprobs(batch, mode)  # [B, Lc] or None
     frozen = _frozen_logprobs(trained, batch, parts, temperature) \
@@ -227,15 +242,16 @@ def _update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
                     cast.arm_reduce(dist.world)  # its gradients averaged as they come
                 dist.backward(loss)
             logged.append((loss.detach(), stats, kept_part.sum(), first))
-        kept_tokens = max(keep.sum().item(), 1)
+        kept_tokens, logged = read_logged(keep.sum(), logged)  # one host read
+        kept_tokens = max(kept_tokens, 1)
         for loss, stats, tokens, first in logged:  # in order: the same sums as part by part
             if "gap" in first:
-                merge_gap(gap, {k: float(v) for k, v in first["gap"].items()})
+                merge_gap(gap, first["gap"])
             if "is" in first:
-                _add(is_sums, {k: float(v) for k, v in first["is"].items()}, 1.0)
-            _add(totals, {"loss/loss": loss.item()}, 1.0)  # parts add up to the batch loss
-            share = tokens.item() / kept_tokens  # token share
-            _add(totals, stats.as_floats(), share)
+                _add(is_sums, first["is"], 1.0)
+            _add(totals, {"loss/loss": loss}, 1.0)  # parts add up to the batch loss
+            _add(totals, {f"loss/{k}": v for k, v in stats.items()},
+                 tokens / kept_tokens)  # token share
         if cast is not None and dist.world > 1:
             cast.all_reduce(dist.world)  # DDP averages the gradients of its own passes only
         # the global norm (clipping's, or unclipped: max inf) decides whether to step
