@@ -155,3 +155,25 @@ def test_on_cuda_each_kernel_gives_padded_log_probs_and_gradients(monkeypatch, k
         tie_word_embeddings=True)).cuda().train()  # head dim 32, GQA
     assert_same(model, long_rows(256, "cuda"), layout, dict(atol=2e-3, rtol=2e-3))
     assert not packed_flex._failed  # FlexAttention compiled
+
+
+def test_where_flex_attention_does_not_compile_the_sdpa_path_takes_over(monkeypatch):
+    """Every compiled path has a plain twin: a compile error warns once, and this pass and
+    the later ones compute with the SDPA path."""
+    def broken(*args, **kwargs):
+        raise RuntimeError("no kernel for this device")
+    monkeypatch.setattr(packed_flex, "COMPILED_ON", ("cpu", "cuda"))
+    monkeypatch.setattr(packed_flex, "_compiled", {"flex": broken})
+    monkeypatch.setattr(packed_flex, "_failed", [])
+    monkeypatch.delenv(packed_flex.ENV, raising=False)
+    assert packed_flex.kernel_for(torch.device("cuda")) == "flex"
+    model, data = llama(), rows(64)
+    monkeypatch.setenv(packed_flex.ENV, "flex")
+    with torch.no_grad(), switched_to_packed(model):
+        with pytest.warns(RuntimeWarning, match="did not compile .*no kernel"):
+            got = packed_logprobs(model, pack(*data, share=True), data[2], data[3], 0.7)
+        monkeypatch.setenv(packed_flex.ENV, "sdpa")
+        want = packed_logprobs(model, pack(*data, share=True), data[2], data[3], 0.7)
+    torch.testing.assert_close(got * data[3], want * data[3])
+    monkeypatch.delenv(packed_flex.ENV)
+    assert packed_flex.kernel_for(torch.device("cuda")) == "sdpa"  # from now on

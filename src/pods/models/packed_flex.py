@@ -35,6 +35,7 @@ from torch import Tensor
 BLOCK = 128  # FlexAttention's block: the stream is padded to a multiple of it
 ENV = "PODS_PACKED_KERNEL"  # "flex" or "sdpa": overrides the device's choice
 KERNELS = ("flex", "sdpa")
+COMPILED_ON = ("cuda",)  # devices where FlexAttention runs compiled (a CPU: as it comes)
 _compiled = {}  # "flex": torch.compile(flex_attention), made at the first call
 _failed: list[str] = []  # why compiling failed (then the SDPA path, warned once)
 
@@ -130,6 +131,8 @@ def flex_packed(query: Tensor, key: Tensor, value: Tensor, packing,
     """[1, T, Hq, d]: attention over the stream (query [1, Hq, T, d], key and value
     [1, Hkv, T, d]) under the layout's mask, or None where the compiled kernel failed
     to build (warned once: the caller takes the SDPA path)."""
+    if _failed:  # it failed to compile once: not tried again at every layer
+        return None
     T = query.shape[2]
     length = -(-T // BLOCK) * BLOCK
     mask = packing.cached(f"block{length}", lambda: block_mask(packing, length))
@@ -137,8 +140,8 @@ def flex_packed(query: Tensor, key: Tensor, value: Tensor, packing,
     try:
         out = _flex(query.device)(q, k, v, block_mask=mask, scale=scaling,
                                   enable_gqa=q.shape[1] != k.shape[1])  # [1, Hq, L, d]
-    except (RuntimeError, AssertionError, NotImplementedError) as error:
-        if query.device.type != "cuda" or "out of memory" in str(error):
+    except Exception as error:  # dynamo's and inductor's errors, Triton's
+        if query.device.type not in COMPILED_ON or isinstance(error, torch.OutOfMemoryError):
             raise
         _failed.append(f"{type(error).__name__}: {error}")
         warnings.warn(f"FlexAttention did not compile ({_failed[0][:300]}); the packed "
@@ -152,7 +155,7 @@ def _flex(device: torch.device):
     """FlexAttention compiled once (CUDA), or as it comes (a CPU: forward only)."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    if device.type != "cuda":
+    if device.type not in COMPILED_ON:
         return flex_attention
     if "flex" not in _compiled:
         _compiled["flex"] = torch.compile(flex_attention)
