@@ -55,7 +55,7 @@ from table import table
 HERE = Path(__file__).resolve().parent
 SECTIONS = {  # name: the script and its arguments
     "matmul": ["update.py", "--what", "matmul"],
-    "update": ["update.py", "--variants", "bare,cast-step,cast-matmul,pods"],
+    "update": ["update.py", "--variants", "bare,cast-step,cast-matmul,pods,pods-groups"],
     "decode": ["decode.py"],
     "layouts": ["layouts.py"],
     "default": ["device_runs.py", "--what", "default"],
