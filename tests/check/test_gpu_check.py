@@ -231,6 +231,13 @@ def test_the_tests_section_counts_from_the_junit_file(tmp_path):
     assert check.PARTS[1] and list(check.PARTS[1])[0] == "tests"  # make test-gpu first
 
 
+def test_the_embedded_default_is_in_no_part_and_has_a_share_that_finishes_it():
+    assert all("default" not in part for part in check.PARTS.values())
+    args = type("Args", (), dict(sections="default", part=1, quick=False, budget="",
+                                 recipes="smollm2_gpu"))()
+    assert check.plan(args) == {"default": 90}  # 1000 steps: 58 training s on an H200
+
+
 def test_the_layouts_rows_pin_the_kernel_each_device_runs():
     cuda = layouts.rows_of(torch.device("cuda"))
     assert ("gsm8k", "shared_prompt", "flex") in cuda
