@@ -68,6 +68,7 @@ GPU_TESTS := tests/gpu tests/rollout/test_hf_decode.py tests/rollout/test_hf_sta
 	tests/rollout/test_decode_shapes.py tests/models/test_kernels.py \
 	tests/models/test_precision.py tests/models/test_weight_cast.py \
 	tests/models/test_packing.py tests/train/test_update_layouts.py \
+	tests/models/test_packed_flex.py tests/train/test_host_syncs.py \
 	tests/train/test_update.py tests/train/test_release.py
 test-gpu:
 	@$(GPU_PYTHON) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else \

@@ -15,10 +15,13 @@ stopped there and keeps the rows it wrote, and the next section starts on time. 
             fwd+bwd+AdamW, 16 and 64 rows, SmolLM2-135M and Qwen2.5-1.5B (update.py)
   decode    ms a decoding step of the hf engine: dynamic cache, static cache with
             transformers' generate, pods's decode loop; 64, 256, 1024 rows (decode.py)
-  layouts   the update's layouts (padded, packed, shared_prompt) at the paper's GSM8K and
-            MATH shapes on Qwen2.5-1.5B's architecture: seconds, peak GiB (layouts.py)
-  default   the embedded default, ``pods train``, for its share (device_runs.py)
-  tests     the test files that exercise the device (device_runs.py)
+  layouts   the update's layouts (padded, packed, shared_prompt; FlexAttention and the SDPA
+            path) at the paper's GSM8K and MATH shapes on Qwen2.5-1.5B's architecture,
+            each row a fresh process: seconds, peak GiB (layouts.py)
+  default   the embedded default, ``pods train``, to its end (device_runs.py; in no part:
+            ``--sections default``)
+  tests     make test-gpu first (its passed / failed / skipped counts), or where it cannot
+            run the test files that exercise the device (device_runs.py)
   liger     the update with liger-kernel's kernels (update.py)
   recipe    configs/smollm2_gpu_fast.yaml (120 training s) and configs/smollm2_gpu.yaml
             (its first 30) on one seed: seconds to 60% held-out (recipe.py)
@@ -53,7 +56,7 @@ from table import table
 HERE = Path(__file__).resolve().parent
 SECTIONS = {  # name: the script and its arguments
     "matmul": ["update.py", "--what", "matmul"],
-    "update": ["update.py", "--variants", "bare,cast-step,cast-matmul,pods"],
+    "update": ["update.py", "--variants", "bare,cast-step,cast-matmul,pods,pods-groups"],
     "decode": ["decode.py"],
     "layouts": ["layouts.py"],
     "default": ["device_runs.py", "--what", "default"],
@@ -63,12 +66,15 @@ SECTIONS = {  # name: the script and its arguments
     "trl": ["trl_anchor.py"],
 }
 PARTS = {  # seconds each section is guaranteed, in the order they run
-    1: {"matmul": 10, "update": 55, "decode": 45, "layouts": 40, "default": 20,
-        "tests": 20},  # 190 s
+    1: {"tests": 150, "matmul": 10, "update": 55, "decode": 45,
+        "layouts": 120},  # 380 s: make test-gpu first (about 150 s), each layouts row a
+    # fresh process
     2: {"matmul": 10, "liger": 25, "recipe": recipe_share(["smollm2_gpu_fast", "smollm2_gpu"]),
         "trl": 50},  # 300 s (the first process of a fresh machine reads torch from disk)
 }
-QUICK = {"matmul": 30, "update": 90, "decode": 60, "layouts": 90, "default": 60, "tests": 20,
+ALONE = {"default": 90}  # sections of no part (--sections): the embedded default's 1000
+# steps took 58 training s on an H200, so a share that lets it finish
+QUICK = {"matmul": 30, "update": 90, "decode": 60, "layouts": 150, "default": 60, "tests": 20,
          "liger": 30, "recipe": 90, "trl": 60}  # a loaded CPU's seconds for the tiny sizes
 GRACE = 3.0  # seconds past its share before a section is stopped
 
@@ -109,7 +115,8 @@ def plan(args) -> dict[str, float]:
     unknown = [n for n in names if n not in SECTIONS]
     if unknown:
         sys.exit(f"unknown sections {unknown}; known: {', '.join(SECTIONS)}")
-    shares = {n: QUICK[n] if args.quick else PARTS[1].get(n, PARTS[2].get(n)) for n in names}
+    shares = {n: QUICK[n] if args.quick else {**ALONE, **PARTS[2], **PARTS[1]}[n]
+              for n in names}
     if "recipe" in shares and not args.quick:
         shares["recipe"] = recipe_share(args.recipes.split(","))
     for item in filter(None, args.budget.split(",")):

@@ -3,15 +3,19 @@ process stopped at the section's share with what it reached:
 
 default: the embedded default (``pods train``, device auto): its steps, training seconds
 and accuracy at each evaluation so far.
-tests: the test files that exercise the device (device auto is CUDA there), those of the
-GPU paths (names with gpu, cuda, liger or kernels; tests/check excluded) first.
+tests: on a CUDA GPU ``make test-gpu`` (the tests that need CUDA and the files a GPU
+changes, with this Python), its passed, failed and skipped counts from its JUnit file;
+where there is no such target or no CUDA, the test files that exercise the device (GPU
+paths first: names with gpu, cuda, liger or kernels; tests/check excluded).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 from gpucommon import emit, left, read_rows, section_args
@@ -62,16 +66,53 @@ def test_files() -> list[str]:
     return found + [f for f in TEST_FILES if f not in found and (ROOT / f).exists()]
 
 
+def make_target(name: str) -> bool:
+    """Whether this checkout's Makefile has target ``name`` (``make -n``: nothing runs)."""
+    try:
+        return subprocess.run(["make", "-n", name], cwd=ROOT, capture_output=True,
+                              timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def junit_counts(path: Path) -> dict:
+    """passed, failed (failures and errors) and skipped of a pytest JUnit file, or {}."""
+    try:
+        root = ElementTree.parse(path).getroot()
+    except (OSError, ElementTree.ParseError):
+        return {}
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    total = {k: sum(int(s.get(k, 0)) for s in suites)
+             for k in ("tests", "failures", "errors", "skipped")}
+    failed = total["failures"] + total["errors"]
+    return {"passed": total["tests"] - failed - total["skipped"], "failed": failed,
+            "skipped": total["skipped"]}
+
+
+def cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def device_tests(args) -> dict:
-    files = test_files()
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *files]
-    log = Path(args.out) / "tests.log"
+    log, junit = Path(args.out) / "tests.log", Path(args.out) / "tests-junit.xml"
+    if make_target("test-gpu") and cuda():
+        files = ["make test-gpu"]
+        os.environ["GPU_JUNIT"] = str(junit)  # where the target writes its JUnit file
+        command = ["make", "test-gpu", f"GPU_PYTHON={sys.executable}",
+                   f"PYTHON={sys.executable}"]
+    else:
+        files = test_files()
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+                   f"--junitxml={junit}", *files]
     code, wall = until_share(command, log, args)
     lines = log.read_text().strip().splitlines()
     passed = sum(line.split(" [")[0].count(".") for line in lines if line.endswith("%]"))
     summary = lines[-1] if code is not None and lines else \
         f"stopped at its share: {passed} passed so far"
-    return {"files": files, "summary": summary, "returncode": code, "wall_s": wall}
+    return {"files": files, "summary": summary, "returncode": code, "wall_s": wall,
+            **junit_counts(junit)}
 
 
 def main() -> None:

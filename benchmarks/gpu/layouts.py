@@ -8,12 +8,20 @@ seconds of one update (median of 3 after a warm-up), peak GiB allocated during i
 positions the passes processed and what padded would have, and the micro-batch chosen from
 free memory at step 1 and at a later step (the same where the optimizer's state is not
 counted twice).
-The kernel under the packed layouts is torch's scaled_dot_product_attention on the two
-dense problems of pods.models.packing (flash or memory-efficient attention on CUDA)."""
+Each row runs in a fresh process (``--row shape,layout,kernel``), so that no row inherits
+another's memory or compiled kernels, and is stopped where the section's share runs out.
+The packed layouts' attention kernel is pinned per row (PODS_PACKED_KERNEL,
+pods.models.packed_flex): on CUDA FlexAttention (what they run there) and, for
+shared_prompt, the SDPA path beside it; on a CPU the SDPA path alone (FlexAttention has
+no backward there)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
 import torch
 from gpucommon import (
@@ -22,6 +30,7 @@ from gpucommon import (
     failure,
     left,
     missing_keys,
+    read_rows,
     release,
     section_args,
     suite_script,
@@ -30,9 +39,18 @@ from gpucommon import (
 
 from update import sampled, save_architecture, trainer_for, trainer_step
 
-LAYOUTS = ("padded", "packed", "shared_prompt")
 SHAPES = ("gsm8k", "math")
 MODEL = "Qwen2.5-1.5B"
+ENV = "PODS_PACKED_KERNEL"  # pods.models.packed_flex.ENV
+
+
+def rows_of(dev: torch.device) -> list[tuple[str, str, str]]:
+    """(shape, layout, kernel) of each row: padded, then the packed layouts on the kernel
+    they run on this device, and shared_prompt on the SDPA path beside FlexAttention."""
+    kernels = [("packed", "flex"), ("shared_prompt", "flex"), ("shared_prompt", "sdpa")] \
+        if dev.type == "cuda" else [("packed", "sdpa"), ("shared_prompt", "sdpa")]
+    return [(shape, layout, kernel) for shape in SHAPES
+            for layout, kernel in [("padded", "-"), *kernels]]
 
 
 def row(trainer, rows, dev, args) -> dict:
@@ -61,35 +79,60 @@ def row(trainer, rows, dev, args) -> dict:
             if dev.type == "cuda" else None}
 
 
+def one_row(args, dev) -> None:
+    """The row ``args.row`` (shape,layout,kernel), measured in this process."""
+    shape, layout, kernel = args.row.split(",")
+    head = {"model": MODEL, "shape": shape, "layout": layout, "kernel": kernel}
+    if kernel != "-":
+        os.environ[ENV] = kernel
+    shapes = suite_script("benchmarks/update/layouts.py", "update_layouts")
+    _, rows = shapes.batch(shape, args.quick)
+    args.new = rows.completion_ids.shape[1]
+    try:
+        trainer = trainer_for(args.folder, {"update_layout": layout,
+                                            "gradient_checkpointing": True},
+                              rows.completion_ids.shape[0], args)
+        emit(args, {**head, **row(trainer, rows, dev, args)})
+    except Exception as error:
+        emit(args, {**head, "error": failure(error)})
+
+
+def each_row(args, dev, folder: str) -> None:
+    """Every row in a fresh process of its own, within the section's share."""
+    for shape, layout, kernel in rows_of(dev):
+        head = {"model": MODEL, "shape": shape, "layout": layout, "kernel": kernel}
+        if left(args) < 5:
+            emit(args, {**head, "error": "no time left in the section's share"})
+            continue
+        before = len(read_rows(Path(args.out) / f"{args.section}.jsonl"))
+        command = [sys.executable, __file__, "--out", args.out, "--seconds",
+                   str(left(args)), "--section", args.section, "--folder", folder, "--row",
+                   f"{shape},{layout},{kernel}"] + (["--quick"] if args.quick else [])
+        try:
+            code = subprocess.run(command, timeout=max(1.0, left(args) - 1)).returncode
+            why = f"its process exited {code} (see the section's log)"
+        except subprocess.TimeoutExpired:
+            why = "stopped: the section's share ran out"
+        if len(read_rows(Path(args.out) / f"{args.section}.jsonl")) == before:
+            emit(args, {**head, "error": why})
+        release(dev)
+
+
 def main() -> None:
-    args = section_args(__doc__.splitlines()[0])
+    def extra(parser):
+        parser.add_argument("--row", default=None, help="shape,layout,kernel: one row here")
+        parser.add_argument("--folder", default=None, help="the saved architecture")
+
+    args = section_args(__doc__.splitlines()[0], extra)
     dev = device()
     args.repeats = 1 if args.quick else 3
-    shapes = suite_script("benchmarks/update/layouts.py", "update_layouts")
+    if args.row:
+        return one_row(args, dev)
     if missing_keys({"update_layout": "padded"}):
         emit(args, {"model": MODEL, "error": "no update_layout in this checkout"})
         return
     with tempfile.TemporaryDirectory() as tmp:
-        folder = save_architecture(MODEL, dev, args, tmp)
-        for shape in SHAPES:
-            _, rows = shapes.batch(shape, args.quick)
-            args.new = rows.completion_ids.shape[1]
-            for layout in LAYOUTS:
-                if left(args) < 5:
-                    emit(args, {"model": MODEL, "shape": shape, "layout": layout,
-                                "error": "no time left in the section's share"})
-                    continue
-                try:
-                    trainer = trainer_for(folder, {"update_layout": layout,
-                                                   "gradient_checkpointing": True},
-                                          rows.completion_ids.shape[0], args)
-                    emit(args, {"model": MODEL, "shape": shape, "layout": layout,
-                                **row(trainer, rows, dev, args)})
-                except Exception as error:  # the next layout still runs
-                    emit(args, {"model": MODEL, "shape": shape, "layout": layout,
-                                "error": failure(error)})
-                trainer = None
-                release(dev)
+        each_row(args, dev, save_architecture(MODEL, dev, args, tmp))
 
 
 if __name__ == "__main__":

@@ -51,14 +51,16 @@ def _layouts(rows: list[dict]) -> list[str]:
     if not rows:
         return []
     padded = {r["shape"]: r for r in rows if r.get("layout") == "padded" and "seconds" in r}
-    out = ["", "| layouts | shape | layout | positions | update s | / padded | peak GiB | "
-           "micro-batch step 1 -> later | note |", "|---|---|---|---|---|---|---|---|---|"]
+    out = ["", "| layouts | shape | layout (attention) | positions | update s | / padded | "
+           "peak GiB | micro-batch step 1 -> later | note |", "|---" * 9 + "|"]
     for r in rows:
         base = padded.get(r.get("shape"))
         ratio = f"{r['seconds'] / base['seconds']:.2f}x" if base and "seconds" in r else "-"
         micro = f"{r.get('micro_batch_step1') or '-'} -> " \
             f"{r.get('micro_batch_tokens') or r.get('micro_batch_size') or '-'}"
-        out.append(f"| {r['model']} | {r.get('shape', '-')} | {r.get('layout', '-')} | "
+        layout = r.get("layout", "-") + (f" ({r['kernel']})" if r.get("kernel", "-") != "-"
+                                         else "")
+        out.append(f"| {r['model']} | {r.get('shape', '-')} | {layout} | "
                    f"{_n(r, 'positions', '{:.0f}')} | {_n(r, 'seconds', '{:.3f}')} | {ratio} | "
                    f"{_n(r, 'peak_gib', '{:.1f}')} | {micro} | {r.get('error', '')} |")
     return out
@@ -73,7 +75,8 @@ def _default(r: dict) -> str:
 
 
 def _tests(r: dict) -> str:
-    return f"device tests ({', '.join(r['files'])}): {r['summary']}"
+    counts = ", ".join(f"{r[k]} {k}" for k in ("passed", "failed", "skipped") if k in r)
+    return f"device tests ({', '.join(r['files'])}): {counts or 'no counts'}; {r['summary']}"
 
 
 def _recipes(rows: list[dict]) -> list[str]:

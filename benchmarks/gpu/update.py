@@ -7,7 +7,9 @@ token ids: the micro-batches, the loss, the optimizer step and the sampling copy
 against a bare fwd+bwd+AdamW step in the same precision, at 16 and 64 rows x (160 + 128)
 tokens, on SmolLM2-135M's and Qwen2.5-1.5B's architectures (random weights, saved once to
 a folder that pods loads as any local model). Each pods variant is the trainer built with
-some flat config keys (``VARIANTS``): tokens/s, share of the matmul rate (6 x
+some flat config keys (``VARIANTS``), its layout pinned (padded: each row its own prompt,
+as in the bare step), and "pods-groups" the same rows as PODS keeps them, groups of 16
+sharing a prompt, with shared_prompt: tokens/s, share of the matmul rate (6 x
 non-embedding parameters per token + 6 x vocabulary x hidden per completion token) and
 peak memory.
 """
@@ -33,15 +35,19 @@ from gpucommon import (
 )
 
 PROMPT, NEW, T = 160, 128, 0.9
+PADDED = {"update_layout": "padded"}  # every row its own prompt here: pinned, not auto's
 VARIANTS = {  # name: pods's flat config keys (None: the bare step, no pods code)
     "bare": None,  # fwd+bwd+AdamW in pods's default precision
-    "pods": {},  # pods's defaults
-    "cast-matmul": {"weight_cast": "matmul", "update_kernels": "torch"},  # autocast's cast
-    # of the float32 weights at every matmul
-    "cast-step": {"weight_cast": "step", "update_kernels": "torch"},  # bf16 weights cast
-    # once a step
-    "liger": {"weight_cast": "step", "update_kernels": "liger"},  # liger-kernel's kernels
+    "pods": PADDED,  # pods's defaults
+    "cast-matmul": {"weight_cast": "matmul", "update_kernels": "torch", **PADDED},  #
+    # autocast's cast of the float32 weights at every matmul
+    "cast-step": {"weight_cast": "step", "update_kernels": "torch", **PADDED},  # bf16
+    # weights cast once a step
+    "liger": {"weight_cast": "step", "update_kernels": "liger", **PADDED},  # liger-kernel's
+    "pods-groups": {"update_layout": "shared_prompt"},  # PODS's kept rows: groups of
+    # GROUP rows share a prompt, each read once (tok/s counts every row's prompt)
 }
+GROUP = 16  # rows kept from one prompt in "pods-groups" (the paper's m at GSM8K)
 
 
 def matmul_tflops(dev: torch.device, size: int) -> float:
@@ -190,6 +196,9 @@ def pods_rows(name: str, folder: str, label: str, keys: dict, dev, args) -> None
     for rows in args.rows:
         ids, advantages = random_batch(rows, trainer.model.config.vocab_size, args.prompt,
                                        args.new, dev)
+        if label == "pods-groups":  # each group's rows continue its first row's prompt
+            group = min(GROUP, rows)
+            ids[:, :args.prompt] = ids[::group, :args.prompt].repeat_interleave(group, 0)
         step = trainer_step(trainer, sampled(ids, advantages, args.prompt))
         emit(args, {"model": name, "rows": rows, "variant": label,
                     "precision": trainer.precision.short,

@@ -17,9 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 GPU = ROOT / "benchmarks" / "gpu"
 sys.path.insert(0, str(GPU))  # the check's scripts import each other by name
 try:
-    check, decode, gpucommon, recipe, update = (importlib.import_module(name) for name in
-                                                ("check", "decode", "gpucommon", "recipe",
-                                                 "update"))
+    check, decode, device_runs, gpucommon, layouts, recipe, update = (
+        importlib.import_module(name) for name in ("check", "decode", "device_runs",
+                                                   "gpucommon", "layouts", "recipe",
+                                                   "update"))
 finally:
     sys.path.remove(str(GPU))
 
@@ -32,7 +33,7 @@ def test_the_check_runs_every_section_on_a_cpu_within_its_share(tmp_path):
     done = subprocess.run([sys.executable, str(GPU / "check.py"), "--quick", "--sections",
                            sections, "--budget", "tests=4", "--recipes", "smollm2_gpu",
                            "--out", str(tmp_path)],
-                          capture_output=True, text=True, env=env, timeout=600)
+                          capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["details.tar.gz", "gpu.json",
                                                           "gpu.md"]  # at most 8 files
@@ -45,7 +46,7 @@ def test_the_check_runs_every_section_on_a_cpu_within_its_share(tmp_path):
     assert tests["rows"][0]["summary"].startswith("stopped at its share")
     assert tests["spent_s"] < 4 + check.GRACE
     assert all((ROOT / f).exists() for f in tests["rows"][0]["files"])  # none missing
-    assert all(v["status"] == "done" for v in s.values())
+    assert all(v["status"] == "done" for v in s.values()), {k: v["status"] for k, v in s.items()}
     for row in s["update"]["rows"] + s["liger"]["rows"]:  # measured, or marked
         keys = update.VARIANTS[row["variant"]]
         if keys and any(key not in LEAVES for key in keys):
@@ -56,7 +57,8 @@ def test_the_check_runs_every_section_on_a_cpu_within_its_share(tmp_path):
             assert row["tok_s"] > 0 and row["share"] > 0
     cast = all(key in LEAVES for key in update.VARIANTS["cast-step"])
     measured = {r["variant"] for r in s["update"]["rows"] if "tok_s" in r}
-    assert measured == ({"bare", "cast-step", "cast-matmul"} if cast else {"bare", "pods"})
+    assert measured == ({"bare", "cast-step", "cast-matmul"} if cast else {"bare", "pods"}) \
+        | {"pods-groups"}  # the rows as PODS keeps them, each group's prompt read once
     layouts = {(r["shape"], r["layout"]): r for r in s["layouts"]["rows"]}
     assert len(layouts) == 6 and all(r["seconds"] > 0 for r in layouts.values())
     for shape in ("gsm8k", "math"):  # each prompt once: fewer positions than padded
@@ -218,3 +220,27 @@ def test_smollm2_is_taken_from_its_installed_wheel_into_the_cache(tmp_path, monk
     monkeypatch.setitem(fetch.FETCHABLE, "smollm2", spec)
     assert recipe.smollm2_ready() is None
     assert fetch.gguf_path("smollm2").read_bytes() == b"weights"
+
+
+def test_the_tests_section_counts_from_the_junit_file(tmp_path):
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<testsuites><testsuite tests="9" failures="1" errors="1" skipped="3">'
+                     '</testsuite></testsuites>')
+    assert device_runs.junit_counts(junit) == {"passed": 4, "failed": 2, "skipped": 3}
+    assert device_runs.junit_counts(tmp_path / "none.xml") == {}
+    assert check.PARTS[1] and list(check.PARTS[1])[0] == "tests"  # make test-gpu first
+
+
+def test_the_embedded_default_is_in_no_part_and_has_a_share_that_finishes_it():
+    assert all("default" not in part for part in check.PARTS.values())
+    args = type("Args", (), dict(sections="default", part=1, quick=False, budget="",
+                                 recipes="smollm2_gpu"))()
+    assert check.plan(args) == {"default": 90}  # 1000 steps: 58 training s on an H200
+
+
+def test_the_layouts_rows_pin_the_kernel_each_device_runs():
+    cuda = layouts.rows_of(torch.device("cuda"))
+    assert ("gsm8k", "shared_prompt", "flex") in cuda
+    assert ("math", "shared_prompt", "sdpa") in cuda
+    assert ("gsm8k", "packed", "flex") in cuda and ("gsm8k", "padded", "-") in cuda
+    assert {k for _, _, k in layouts.rows_of(torch.device("cpu"))} == {"-", "sdpa"}

@@ -1,6 +1,6 @@
 """On a CUDA GPU (make test-gpu): the packed and shared-prompt layouts give padded's update
 (the same step, float32; within bf16 rounding on the bf16 working copy), and the automatic
-micro-batch records the same keys in every layout (pods.train.update._parts)."""
+micro-batch records the same keys in every layout (pods.train.passes.parts)."""
 
 import copy
 

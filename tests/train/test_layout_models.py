@@ -46,7 +46,7 @@ def test_each_model_ends_in_the_layout_its_start_line_announced(name, tiny_model
     said, records = run(model_dir, tmp_path, "auto", **lora)
     announced = next(line for line in said if line.startswith("update layout: "))
     layout = ARCHITECTURES[name][1]
-    assert announced.startswith(f"update layout: {layout} ("), announced
+    assert announced.startswith(f"update layout: auto chose {layout} ("), announced
     assert len(records) == 2 and all(r["optim/skipped"] == 0 for r in records)
     if layout == "padded":  # every pass padded: its positions are padded's
         assert all(r["update/positions"] == r["update/padded_positions"] for r in records)

@@ -145,7 +145,10 @@ def test_the_bf16_working_copy_is_within_bf16_rounding():
 
 
 def test_auto_takes_shared_prompt_where_the_attention_allows_and_says_why_not():
-    assert choose("auto", llama())[0] == "shared_prompt"
+    layout, line = choose("auto", llama())
+    assert layout == "shared_prompt" and line.startswith("update layout: auto chose "
+                                                         "shared_prompt (")
+    assert "attention: sdpa" in line
     sliding = AutoModelForCausalLM.from_config(LlamaConfig(
         vocab_size=64, hidden_size=48, intermediate_size=96, num_hidden_layers=1,
         num_attention_heads=6, num_key_value_heads=2, attn_logit_softcapping=30.0))
@@ -170,6 +173,47 @@ def check(model, spec=None, dist=None):
     said = []
     return checked_layout(model, kept_rows(), spec, dist or Dist(world=1),
                           said.append).layout, said
+
+
+MEASURED = {"shared_prompt": 0.5, "packed": 1.2}  # a GPU check's figures (x padded's time)
+AUTO = [  # device, FlexAttention, rows per group, refusal, measured -> layout, reason
+    ("cpu", False, 16, None, None, "shared_prompt", "each prompt once"),
+    ("cpu", False, 1, None, None, "shared_prompt", "each prompt once"),  # as before
+    ("cpu", False, 16, "sliding-window attention", None, "padded", "sliding-window"),
+    ("cuda", True, 16, None, None, "padded", "not been measured faster"),
+    ("cuda", True, 1, None, None, "padded", "packed has not been measured"),
+    ("cuda", False, 16, None, MEASURED, "padded", "no FlexAttention"),
+    ("cuda", True, 16, "layers of type linear", MEASURED, "padded", "linear"),
+    ("cuda", True, 16, None, MEASURED, "shared_prompt", "0.50x padded's"),
+    ("cuda", True, 1, None, MEASURED, "padded", "packed took 1.20x"),  # rows share no prompt
+    ("cuda", True, 1, None, {"packed": 0.9}, "packed", "0.90x padded's"),
+]
+
+
+@pytest.mark.parametrize("device,flex,rows,refused,measured,layout,reason", AUTO)
+def test_auto_takes_what_was_measured_on_the_device_kind(monkeypatch, device, flex, rows,
+                                                         refused, measured, layout, reason):
+    import pods.train.layout as layouts
+
+    if measured is not None:
+        monkeypatch.setattr(layouts, "CUDA_MEASURED", {**layouts.CUDA_MEASURED, **measured})
+    chosen, why = layouts.auto_layout(device, flex, rows, refused)
+    assert chosen == layout and reason in why, why
+
+
+def test_a_packed_layout_asked_on_cuda_needs_its_flex_kernel(monkeypatch):
+    import pods.models.packed_flex as packed_flex
+    import pods.train.layout as layouts
+
+    monkeypatch.setattr(layouts, "_device", lambda model: torch.device("cuda"))
+    monkeypatch.delenv(packed_flex.ENV, raising=False)
+    layout, line = choose("auto", llama())
+    assert layout == "padded" and line.startswith("update layout: auto chose padded (") \
+        and "docs/results/gpu.md" in line
+    assert "attention: flex" in choose("shared_prompt", llama())[1]
+    monkeypatch.setenv(packed_flex.ENV, "sdpa")
+    with pytest.raises(ValueError, match="needs its FlexAttention kernel"):
+        choose("packed", llama())
 
 
 def test_a_layout_that_differs_from_padded_falls_back_before_the_first_update(monkeypatch):
@@ -250,23 +294,34 @@ def test_the_check_takes_the_first_rows_of_groups_across_the_batch():
 
 def test_the_micro_batch_from_free_memory_is_tokens_under_the_packed_layouts(monkeypatch):
     """On a CUDA GPU with no micro-batch set, the estimate of pods.train.micro_batch gives
-    the packed layouts a token budget (rows of one token) and padded rows of its width."""
-    import pods.train.update as update_module
+    a budget of positions a pass: the packed layouts take it as tokens, padded as rows of
+    its width. It is measured once a run, not at every update (its memory reads are host
+    synchronisations)."""
+    import pods.train.passes as passes
     from pods.runtime.distributed import Dist
 
     calls = []
 
     def fake(model, rows, row_tokens, compute_bytes, device, optimizer=None):
         calls.append((rows, row_tokens))
-        return 20 if row_tokens == 1 else 3
-    monkeypatch.setattr(update_module, "auto_micro_batch", fake)
-    batch, optim = kept_rows(), OptimConfig()
-    parts, chosen = update_module._parts(llama(), batch, optim, "shared_prompt", Dist(world=1))
-    assert calls[-1] == (7 * 16, 1) and chosen == {
-        "optim/micro_batch_tokens": 20.0,
+        return 50  # positions
+    monkeypatch.setattr(passes, "auto_micro_batch", fake)
+    batch, spec = kept_rows(), UpdateSpec(OptimConfig(), LossConfig(), 1.0, 9,
+                                          layout="shared_prompt")
+    parts, chosen = passes.parts(llama(), batch, spec, Dist(world=1))
+    assert calls == [(2**62, 1)] and chosen == {  # the same keys in every layout
+        "optim/micro_batch_tokens": 50.0,
         "optim/micro_batch_size": max(float(len(p.rows)) for p in parts)}  # rows: tensors
-    assert all(p.tokens(batch) <= 20 for p in parts if len(p.rows) > 1)  # whole groups, or one row
-    parts, chosen = update_module._parts(llama(), batch, optim, "padded", Dist(world=1))
-    assert calls[-1] == (7, 16)  # the same keys: 3 rows of the batch's 16 positions a pass
-    assert chosen == {"optim/micro_batch_tokens": 48.0, "optim/micro_batch_size": 3.0}
+    assert all(p.tokens(batch) <= 50 for p in parts if len(p.rows) > 1)  # whole groups, or one row
+    padded = UpdateSpec(OptimConfig(), LossConfig(), 1.0, 9, budget=spec.budget)
+    parts, chosen = passes.parts(llama(), batch, padded, Dist(world=1))
+    assert chosen == {"optim/micro_batch_tokens": 48.0,  # 50 // 16 = 3 rows of 16 positions
+                      "optim/micro_batch_size": 3.0}
     assert [p.rows for p in parts] == [slice(0, 3), slice(3, 6), slice(6, 9)]
+    assert len(calls) == 1  # the budget of the first update
+    policy = llama()
+    for _ in range(2):
+        policy_update(policy, None, torch.optim.SGD(policy.parameters(), lr=0.1),
+                      KeptBatch(kept_rows(), torch.linspace(-1, 1, 7), kept=6, pad_rows=1),
+                      spec)
+    assert len(calls) == 1

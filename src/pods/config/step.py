@@ -131,9 +131,11 @@ class OptimConfig:
         "completions attend to its one copy), about 2.7x fewer positions than padded at the "
         "paper's GSM8K shape. Both packed layouts are exact (the same log-probs and "
         "gradients as padded, up to float rounding), checked once against padded before a "
-        "run's first update. auto: shared_prompt wherever the model's attention allows "
-        "(plain causal attention through transformers' attention interface), else padded, "
-        "with the reason at start-up (sliding windows, soft-capped or sink attention).")
+        "run's first update. auto: on a CPU shared_prompt wherever the model's attention "
+        "allows (plain causal attention through transformers' attention interface), else "
+        "padded, with the reason at start-up (sliding windows, soft-capped or sink "
+        "attention); on a CUDA GPU padded until a packed layout is measured faster there "
+        "(pods.train.layout.auto_layout). On CUDA the packed layouts need FlexAttention.")
     num_iterations: int = leaf(1, "Optimizer steps per generation batch; > 1 reuses the "
                                "rollouts with the clipped ratio against the old policy.")
 

@@ -43,31 +43,53 @@ class Packing:
         # each completion token, whether it is one; [R] the group whose prompt row r continues
         self.predictors = predictors  # [N] the stream position whose output predicts each
         # completion token, in row-major order of the micro-batch's completion mask
-        self._masks: dict[str, Tensor] = {}
+        self._made: dict[str, object] = {}  # what the layers share, made once (``cached``)
 
     @property
     def tokens(self) -> int:
         """T: the positions one pass through the layers processes."""
         return self.input_ids.shape[1]
 
+    def cached(self, name: str, make):
+        """``make()`` the first time ``name`` is asked, the same object after: what every
+        layer of a pass (and the recomputing backward) shares is built once a micro-batch."""
+        if name not in self._made:
+            self._made[name] = make()
+        return self._made[name]
+
     def masks(self) -> tuple[Tensor, Tensor]:
         """The two attention masks (True: may attend), made once and shared by the layers:
         prompts [G, 1, Pmax, Pmax], completions [R, 1, Cmax, Pmax + Cmax]. A padding query
         may attend its own (padding) key, so that no row of a softmax is empty."""
-        if not self._masks:
-            P, C = self.prompt_valid.shape[1], self.row_valid.shape[1]
-            device = self.prompt_valid.device
-            causal_p = torch.ones(P, P, dtype=torch.bool, device=device).tril()  # [P, P]
-            causal_c = torch.ones(C, C, dtype=torch.bool, device=device).tril()  # [C, C]
-            prompts = causal_p & self.prompt_valid[:, None, :]  # [G, P, P]
-            prompts |= ~self.prompt_valid[:, :, None] & torch.eye(P, dtype=torch.bool,
-                                                                  device=device)
-            own = causal_c & self.row_valid[:, None, :]  # [R, C, C]
-            own |= ~self.row_valid[:, :, None] & torch.eye(C, dtype=torch.bool, device=device)
-            prefix = self.prompt_valid[self.row_group][:, None, :].expand(-1, C, -1)  # [R, C, P]
-            self._masks = {"prompts": prompts.unsqueeze(1),
-                           "completions": torch.cat([prefix, own], dim=2).unsqueeze(1)}
-        return self._masks["prompts"], self._masks["completions"]
+        return self.cached("masks", self._masks)
+
+    def _masks(self) -> tuple[Tensor, Tensor]:
+        P, C = self.prompt_valid.shape[1], self.row_valid.shape[1]
+        device = self.prompt_valid.device
+        causal_p = torch.ones(P, P, dtype=torch.bool, device=device).tril()  # [P, P]
+        causal_c = torch.ones(C, C, dtype=torch.bool, device=device).tril()  # [C, C]
+        prompts = causal_p & self.prompt_valid[:, None, :]  # [G, P, P]
+        prompts |= ~self.prompt_valid[:, :, None] & torch.eye(P, dtype=torch.bool, device=device)
+        own = causal_c & self.row_valid[:, None, :]  # [R, C, C]
+        own |= ~self.row_valid[:, :, None] & torch.eye(C, dtype=torch.bool, device=device)
+        prefix = self.prompt_valid[self.row_group][:, None, :].expand(-1, C, -1)  # [R, C, P]
+        return prompts.unsqueeze(1), torch.cat([prefix, own], dim=2).unsqueeze(1)
+
+    def slots(self) -> tuple[Tensor, Tensor]:
+        """The two problems' slots (prompts' G * Pmax, then rows' R * Cmax: S) and the
+        stream, made once: ``order`` [S] the stream position each slot reads, a padding
+        slot one of the spare positions T, T + 1, ... past the stream (so no position is
+        read twice, and the backward of the gather adds no duplicates), and ``inverse``
+        [T] the slot of each stream position."""
+        return self.cached("slots", self._slots)
+
+    def _slots(self) -> tuple[Tensor, Tensor]:
+        index = torch.cat([self.prompt_index.flatten(), self.row_index.flatten()])  # [S]
+        valid = torch.cat([self.prompt_valid.flatten(), self.row_valid.flatten()])  # [S]
+        order = torch.where(valid, index, self.tokens + (~valid).cumsum(0) - 1)  # [S]
+        inverse = torch.empty_like(order).scatter_(
+            0, order, torch.arange(len(order), device=order.device))  # [S] a permutation
+        return order, inverse[:self.tokens]
 
 
 def prompt_groups(prompt_ids: Tensor, prompt_mask: Tensor, share: bool) -> Tensor:

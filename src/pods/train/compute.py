@@ -12,21 +12,24 @@ from pods.train.update import UpdateSpec
 
 @dataclass(frozen=True)
 class Compute:
-    """What the update computes with, besides the layout: a bf16 working copy cast once a
-    step (``cast``: Precision.cast "step"), and ``kernels`` ("liger" or "torch"); an
-    architecture liger does not patch is refused where ``strict`` (--update-kernels liger),
-    else computes with torch's (pods.models.kernels)."""
+    """What the update computes with: a bf16 working copy cast once a step (``cast``:
+    Precision.cast "step"), and ``kernels`` ("liger" or "torch"); an architecture liger
+    does not patch is refused where ``strict`` (--update-kernels liger), else computes with
+    torch's (pods.models.kernels); the layout's choice by groups of ``rows_per_group`` kept
+    rows (m: pods.train.layout.auto_layout)."""
 
     cast: bool = False
     kernels: str = "torch"
     strict: bool = False
+    rows_per_group: int = 2
 
 
 def with_compute(spec: UpdateSpec, model, ref_model, compute: Compute,
                  log=print, dist=None) -> UpdateSpec:
     """``spec`` with the run's update compute (``Compute``: liger's kernels put on the
     module the passes run through and on ``ref_model``) and its layout (``spec.layout``,
-    --update-layout as asked) resolved for the model, said in one line to ``log``
+    --update-layout as asked) resolved for the model and its groups of
+    ``compute.rows_per_group`` kept rows (m), said in one line to ``log``
     (pods.train.layout.choose; a packed layout tried on a few made-up rows first, on every
     rank of ``dist``, a pods.runtime.distributed.Dist: pods.train.layout_check)."""
     from dataclasses import replace
@@ -42,7 +45,7 @@ def with_compute(spec: UpdateSpec, model, ref_model, compute: Compute,
     kernels = use_kernels(trained, compute.kernels, compute.strict)  # a FusedHead with liger
     if ref_model is not None:
         use_kernels(ref_model, kernels, compute.strict)
-    layout, note = choose(spec.layout, trained,
+    layout, note = choose(spec.layout, trained, compute.rows_per_group,
                           attempt=lambda layout: start_problem(trained, layout, dist))
     log(note)
     return replace(spec, cast=copy, layout=layout)

@@ -6,11 +6,12 @@
     shared_prompt  packed, each distinct prompt once: the m rows kept from a group attend
                    to one copy of its prompt (pods.models.packing)
 
-``choose`` resolves ``--update-layout auto`` for a model (shared_prompt where its attention
-allows, else padded, with the reason); ``micro_batches`` cuts the kept batch into ``Part``s:
-rows for padded, whole groups under a token budget for the packed layouts (a group split
-over parts only when it alone exceeds the budget); ``positions`` counts what one pass over
-the parts processes, and what the padded layout would have.
+``choose`` resolves ``--update-layout auto`` for a model by what was measured on its device
+kind (``auto_layout``: shared_prompt on a CPU where its attention allows, padded on CUDA
+until a packed layout was measured faster there, with the reason); ``micro_batches`` cuts
+the kept batch into ``Part``s: rows for padded, whole groups under a token budget for the
+packed layouts (a group split over parts only when it alone exceeds the budget);
+``positions`` counts what one pass over the parts processes, and what padded would have.
 """
 
 from __future__ import annotations
@@ -26,29 +27,83 @@ from pods.rollout import Rollouts
 SHARES = {"packed": False, "shared_prompt": True}  # the packed layouts: prompts shared?
 
 
-def choose(requested: str, model, attempt=None) -> tuple[str, str]:
-    """The layout of ``requested`` for ``model`` (auto: shared_prompt where the model's
-    attention allows it, else padded) and the start-up line that says which and why.
-    ``attempt(layout)``, where given, runs the packed layout on the model and says why it
-    cannot be used (None: it can; pods.train.layout_check.start_problem): tried where
-    the model's config allows the layout."""
+# A packed layout's update time against padded's on a CUDA GPU with its FlexAttention
+# kernel, as the GPU check (benchmarks/gpu/check.py) measured it; None: not yet measured.
+# With the SDPA kernel an H200 took 1.72x (shared_prompt) and 1.84x (packed) padded's time
+# at the paper's GSM8K shape on Qwen2.5-1.5B's architecture (docs/results/gpu.md).
+CUDA_MEASURED: dict[str, float | None] = {"shared_prompt": None, "packed": None}
+WHAT = {"packed": "each row's tokens once, no padding",
+        "shared_prompt": "each prompt once a group, no padding"}
+
+
+def auto_layout(device: str, flex: bool, rows_per_group: int,
+                refused: str | None) -> tuple[str, str]:
+    """What ``--update-layout auto`` takes on a ``device`` kind ("cpu", "cuda", ...) and
+    why: padded where the packed layouts cannot compute the model's attention
+    (``refused``: pods.models.packed_attention.refusal); on CUDA a packed layout only with
+    the FlexAttention kernel (``flex``) and only once it was measured faster than padded
+    there (``CUDA_MEASURED``): shared_prompt where groups keep ``rows_per_group`` > 1 rows
+    of one prompt, packed where each row is its own group; elsewhere shared_prompt (on a
+    CPU it took 0.44x padded's update time at the paper's GSM8K shape, docs/results.md)."""
+    if refused is not None:
+        return "padded", f"the packed layouts do not compute {refused}"
+    if device != "cuda":
+        return "shared_prompt", WHAT["shared_prompt"]
+    layout = "shared_prompt" if rows_per_group > 1 else "packed"
+    ratio = CUDA_MEASURED[layout]
+    if not flex:
+        return "padded", "this torch has no FlexAttention, the packed layouts' CUDA kernel"
+    if ratio is None:
+        return "padded", (f"{layout} has not been measured faster than padded on a CUDA GPU "
+                          f"with its FlexAttention kernel (with SDPA's it took 1.7-1.8x "
+                          f"padded's update time on an H200; docs/results/gpu.md)")
+    if ratio >= 1:
+        return "padded", f"{layout} took {ratio:.2f}x padded's update time on a CUDA GPU"
+    return layout, f"{WHAT[layout]}; {ratio:.2f}x padded's update time on a CUDA GPU"
+
+
+def choose(requested: str, model, rows_per_group: int = 2, attempt=None) -> tuple[str, str]:
+    """The layout of ``requested`` for ``model`` (auto: ``auto_layout`` on the model's
+    device, its groups of ``rows_per_group`` kept rows) and the start-up line that says
+    which, why and with which attention kernel. A packed layout asked on CUDA needs its
+    FlexAttention kernel. ``attempt(layout)``, where given, runs the packed layout on the
+    model and says why it cannot be used (None: it can; pods.train.layout_check.
+    start_problem): tried where the model's config allows the layout."""
     from pods.models.packed_attention import refusal
+    from pods.models.packed_flex import ENV, kernel_for
 
     if requested == "padded":
         return "padded", "update layout: padded (--update-layout padded)"
-    layout = "shared_prompt" if requested == "auto" else requested
     why = refusal(getattr(model, "config", None))
+    device = _device(model)
+    kernel = kernel_for(device)
+    if requested == "auto":
+        layout, reason = auto_layout(device.type, kernel == "flex", rows_per_group, why)
+        problem = attempt(layout) if layout != "padded" and attempt is not None else None
+        if problem is not None:
+            layout, reason = "padded", f"the packed layouts do not compute {problem}"
+        return layout, f"update layout: auto chose {layout} ({reason}{_checked(layout, kernel)})"
+    if device.type == "cuda" and kernel != "flex":
+        raise ValueError(f"--update-layout {requested} on a CUDA GPU needs its FlexAttention "
+                         f"kernel (torch >= 2.5, {ENV} unset or flex): with SDPA's it was "
+                         f"slower than padded there. Use --update-layout padded or auto.")
     if why is None and attempt is not None:
-        why = attempt(layout)
+        why = attempt(requested)
     if why is not None:
-        if requested != "auto":
-            raise ValueError(f"--update-layout {requested} cannot compute this model's "
-                             f"attention exactly ({why}); use --update-layout padded or auto.")
-        return "padded", f"update layout: padded (the packed layouts do not compute {why})"
-    what = {"packed": "each row's tokens once, no padding",
-            "shared_prompt": "each prompt once a group, no padding"}[layout]
-    return layout, f"update layout: {layout} ({what}; checked against padded before the " \
-                   f"first update)"
+        raise ValueError(f"--update-layout {requested} cannot compute this model's "
+                         f"attention exactly ({why}); use --update-layout padded or auto.")
+    return requested, f"update layout: {requested} ({WHAT[requested]}" \
+                      f"{_checked(requested, kernel)})"
+
+
+def _checked(layout: str, kernel: str) -> str:
+    return "" if layout == "padded" else f"; attention: {kernel}; checked against padded " \
+                                         f"before the first update"
+
+
+def _device(model) -> torch.device:
+    parameter = next(model.parameters(), None) if hasattr(model, "parameters") else None
+    return parameter.device if parameter is not None else torch.device("cpu")
 
 
 @dataclass(frozen=True)

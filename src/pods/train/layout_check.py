@@ -33,7 +33,8 @@ from pods.models.packing import pack, prompt_groups
 from pods.rollout import Rollouts
 from pods.runtime.distributed import Dist
 from pods.train.layout import SHARES
-from pods.train.update import UpdateSpec, _compute, _compute_bytes
+from pods.train.passes import compute_bytes as _compute_bytes
+from pods.train.update import UpdateSpec, _compute
 
 ROWS = 16  # rows of the batch the check compares, at most
 GROUPS = 4  # groups they are taken from, at most (first, last and between)

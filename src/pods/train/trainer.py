@@ -109,7 +109,8 @@ class Trainer:
             UpdateSpec(config.optim, config.loss, config.rollout.temperature,
                        config.rollout.max_new_tokens, layout=config.optim.update_layout),
             self.model, self.ref_model, Compute(self.precision.cast == "step", kernels,
-                                                config.model.update_kernels == "liger"),
+                                                config.model.update_kernels == "liger",
+                                                config.selection.m),
             log=self.log, dist=self.dist)
         self.layout_checked = False  # the layout is checked against padded once, at first
 

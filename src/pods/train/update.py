@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -25,8 +25,8 @@ from pods.models.packed_attention import packed_attention
 from pods.models.weight_cast import WeightCast
 from pods.rollout import Rollouts
 from pods.runtime.distributed import Dist
-from pods.train.layout import Part, idle_part, micro_batches, positions
-from pods.train.micro_batch import auto_micro_batch
+from pods.train.layout import Part, positions
+from pods.train.passes import parts as _parts
 from pods.train.selection import KeptBatch
 from pods.train.update_metrics import (
     GAP_KEYS,
@@ -35,6 +35,7 @@ from pods.train.update_metrics import (
     gap_metrics,
     is_metrics,
     merge_gap,
+    read_logged,
 )
 
 
@@ -49,6 +50,8 @@ class UpdateSpec:
     cast: WeightCast | None = None  # --weight-cast step: the bf16 copy the passes run on
     # (autocast off inside the update); None: the model itself, under the caller's autocast
     layout: str = "padded"  # padded, packed or shared_prompt (pods.train.layout.choose)
+    budget: dict = field(default_factory=dict, compare=False)  # "tokens": the positions a
+    # pass holds by free device memory, measured at the run's first update (``_parts``)
 
 
 def _logprobs(model, batch: Rollouts, part: Part, temperature: float) -> Tensor:
@@ -80,56 +83,6 @@ def _reference_logprobs(model, ref_model, batch: Rollouts, parts: list[Part],
         return _frozen_logprobs(ref_model, batch, parts, temperature)
     with model.disable_adapter():
         return _frozen_logprobs(model, batch, parts, temperature)
-
-
-def _compute_bytes(model) -> int:
-    """Bytes of an activation in the update's passes: 2 in bf16 or float16, else 4."""
-    p = next(model.parameters())
-    return 2 if p.dtype in (torch.bfloat16, torch.float16) or \
-        torch.is_autocast_enabled(p.device.type) else 4
-
-
-def _parts(model, batch: Rollouts, optim: OptimConfig, layout: str, dist: Dist,
-           optimizer=None) -> tuple[list[Part], dict]:
-    """The micro-batches of ``batch`` in ``layout`` and, where they were chosen from free
-    device memory (neither --micro-batch-size nor --micro-batch-tokens, a CUDA GPU), in
-    every layout ``optim/micro_batch_tokens`` (the token positions a pass may hold; padded:
-    its rows times the batch's width; the same on every rank: the smallest rank's choice)
-    and ``optim/micro_batch_size`` (the rows of the largest pass). Every rank runs as many
-    parts as the busiest (``idle_part``; FSDP2 gathers the weights in every pass): padded
-    parts of --micro-batch-tokens hold the rows of the widest rank's width, the packed
-    layouts' whole groups."""
-    rows, tokens, chosen = optim.micro_batch_size, optim.micro_batch_tokens, {}
-    if rows is None and tokens is None:
-        B, width = batch.completion_ids.shape[0], \
-            batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
-        p = next(model.parameters())
-        padded = layout == "padded"
-        fit = auto_micro_batch(model, B if padded else B * width, width if padded else 1,
-                               _compute_bytes(model), p.device, optimizer)  # rows or tokens
-        if fit is not None:
-            fit = int(-dist.reduce({"fit": -fit}, "max")["fit"])  # the smallest over ranks
-            rows, tokens = (fit, None) if padded else (None, fit)
-    if layout == "padded" and tokens is not None:
-        rows = _padded_rows(batch, tokens, dist)
-    parts = micro_batches(batch, layout, rows, tokens)
-    if optim.micro_batch_size is None and optim.micro_batch_tokens is None and \
-            (rows or tokens) is not None:  # the same keys, meaning the same, in every layout
-        chosen = {"optim/micro_batch_tokens": float(tokens or rows * width),
-                  "optim/micro_batch_size": float(max(len(p.take(batch.completion_ids))
-                                                      for p in parts))}
-    if dist.world > 1:
-        most = int(dist.reduce({"parts": len(parts)}, "max")["parts"])
-        parts += [idle_part(batch, layout) for _ in range(most - len(parts))]
-    return parts, chosen
-
-
-def _padded_rows(batch: Rollouts, tokens: int, dist: Dist) -> int:
-    """Rows a padded part of ``tokens`` positions holds: at the widest rank's width
-    (Lp + Lc), as each rank trims its rows to its own longest and the ranks' parts must
-    hold the same rows to be as many."""
-    width = batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
-    return max(1, tokens // int(dist.reduce({"width": width}, "max")["width"]))
 
 
 def _step(optimizer, norm: float, iteration: int) -> bool:
@@ -199,7 +152,7 @@ def _update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
     base = dist.unwrap(model)  # no-grad passes and the LoRA switch skip the engine wrapper
     trained = base if cast is None else cast.module  # the module the passes run through
     forward = model if cast is None else cast.module  # with DDP's wrapper where it has one
-    parts, chosen = _parts(trained, batch, optim, spec.layout, dist, optimizer)
+    parts, chosen = _parts(trained, batch, spec, dist, optimizer)
     mask = batch.completion_mask.float()  # [B, Lc]
     engine = engine_logprobs(batch, mode)  # [B, Lc] or None
     frozen = _frozen_logprobs(trained, batch, parts, temperature) \
@@ -243,15 +196,16 @@ def _update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
                     cast.arm_reduce(dist.world)  # its gradients averaged as they come
                 dist.backward(loss)
             logged.append((loss.detach(), stats, kept_part.sum(), first))
-        kept_tokens = max(keep.sum().item(), 1)
+        kept_tokens, logged = read_logged(keep.sum(), logged)  # one host read
+        kept_tokens = max(kept_tokens, 1)
         for loss, stats, tokens, first in logged:  # in order: the same sums as part by part
             if "gap" in first:
-                merge_gap(gap, {k: float(v) for k, v in first["gap"].items()})
+                merge_gap(gap, first["gap"])
             if "is" in first:
-                _add(is_sums, {k: float(v) for k, v in first["is"].items()}, 1.0)
-            _add(totals, {"loss/loss": loss.item()}, 1.0)  # parts add up to the batch loss
-            share = tokens.item() / kept_tokens  # token share
-            _add(totals, stats.as_floats(), share)
+                _add(is_sums, first["is"], 1.0)
+            _add(totals, {"loss/loss": loss}, 1.0)  # parts add up to the batch loss
+            _add(totals, {f"loss/{k}": v for k, v in stats.items()},
+                 tokens / kept_tokens)  # token share
         if cast is not None and dist.world > 1:
             cast.all_reduce(dist.world)  # DDP averages the gradients of its own passes only
         # the global norm (clipping's, or unclipped: max inf) decides whether to step

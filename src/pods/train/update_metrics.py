@@ -1,9 +1,12 @@
 """What the update reads of the engine's log-probs and reports of the engine/trainer gap and
 of the importance-sampling correction, summed over micro-batches and ranks
-(``pods.train.update``)."""
+(``pods.train.update``), and the reading of its per-part metrics in one transfer."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
+import torch
 from torch import Tensor
 
 from pods.rollout import Rollouts
@@ -57,3 +60,21 @@ def engine_logprobs(batch: Rollouts, mode: str) -> Tensor | None:
 def dropped_rows(mask: Tensor, keep: Tensor) -> int:
     """Rows with completion tokens of which a correction dropped every one."""
     return int(((mask.sum(1).to(keep.device) > 0) & (keep.sum(1) == 0)).sum())
+
+
+def read_logged(kept: Tensor, logged: list) -> tuple[float, list]:
+    """``kept`` and each part's (loss, LossStats, kept tokens, first-pass sums) as floats,
+    read from the device in one transfer: one host synchronisation an iteration, not one
+    a value and part."""
+    flat = [kept] + [t for loss, stats, tokens, first in logged
+                     for t in (loss, *asdict(stats).values(), tokens,
+                               *(v for sums in first.values() for v in sums.values()))]
+    values = iter(torch.stack([t.detach().double().reshape(()) for t in flat]).tolist())
+    kept_value, out = next(values), []
+    for _, stats, _, first in logged:  # in the order of ``flat``
+        loss = next(values)
+        fields = {k: next(values) for k in asdict(stats)}
+        tokens = next(values)
+        out.append((loss, fields, tokens,
+                    {name: {k: next(values) for k in sums} for name, sums in first.items()}))
+    return kept_value, out

@@ -1,0 +1,81 @@
+"""The update's passes over the kept rows: how a step's batch is cut into micro-batches
+(pods.train.layout.micro_batches) by --micro-batch-size, --micro-batch-tokens or, on a CUDA
+GPU, the device's free memory (pods.train.micro_batch), with as many passes on every rank.
+
+    parts(model, batch, spec, dist, optimizer)   the micro-batches and what was chosen
+    compute_bytes(model)                         bytes of an activation in the passes
+
+``spec`` is the update's UpdateSpec (pods.train.update): its optim group, layout and the
+``budget`` measured at the run's first update.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pods.rollout import Rollouts
+from pods.runtime.distributed import Dist
+from pods.train.layout import Part, idle_part, micro_batches
+from pods.train.micro_batch import auto_micro_batch
+
+
+def compute_bytes(model) -> int:
+    """Bytes of an activation in the update's passes: 2 in bf16 or float16, else 4."""
+    p = next(model.parameters())
+    return 2 if p.dtype in (torch.bfloat16, torch.float16) or \
+        torch.is_autocast_enabled(p.device.type) else 4
+
+
+def parts(model, batch: Rollouts, spec, dist: Dist,
+           optimizer=None) -> tuple[list[Part], dict]:
+    """The micro-batches of ``batch`` in ``spec.layout`` and, where they were chosen from
+    free device memory (neither --micro-batch-size nor --micro-batch-tokens, a CUDA GPU),
+    in every layout ``optim/micro_batch_tokens`` (the token positions a pass may hold;
+    padded: its rows times the batch's width) and ``optim/micro_batch_size`` (the rows of
+    the largest pass). Every rank runs as many parts as the busiest (``idle_part``; FSDP2
+    gathers the weights in every pass): padded parts of --micro-batch-tokens hold the rows
+    of the widest rank's width, the packed layouts' whole groups."""
+    optim, layout = spec.optim, spec.layout
+    rows, tokens, chosen = optim.micro_batch_size, optim.micro_batch_tokens, {}
+    if rows is None and tokens is None:
+        B, width = batch.completion_ids.shape[0], \
+            batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
+        budget = token_budget(model, spec, dist, optimizer)  # positions a pass, or None
+        if budget is not None:
+            padded = layout == "padded"
+            fit = max(1, min(B, budget // width)) if padded else min(B * width, budget)
+            rows, tokens = (fit, None) if padded else (None, fit)
+    if layout == "padded" and tokens is not None:
+        rows = padded_rows(batch, tokens, dist)
+    parts = micro_batches(batch, layout, rows, tokens)
+    if optim.micro_batch_size is None and optim.micro_batch_tokens is None and \
+            (rows or tokens) is not None:  # the same keys, meaning the same, in every layout
+        chosen = {"optim/micro_batch_tokens": float(tokens or rows * width),
+                  "optim/micro_batch_size": float(max(len(p.take(batch.completion_ids))
+                                                      for p in parts))}
+    if dist.world > 1:
+        most = int(dist.reduce({"parts": len(parts)}, "max")["parts"])
+        parts += [idle_part(batch, layout) for _ in range(most - len(parts))]
+    return parts, chosen
+
+
+def padded_rows(batch: Rollouts, tokens: int, dist: Dist) -> int:
+    """Rows a padded part of ``tokens`` positions holds: at the widest rank's width
+    (Lp + Lc), as each rank trims its rows to its own longest and the ranks' parts must
+    hold the same rows to be as many."""
+    width = batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
+    return max(1, tokens // int(dist.reduce({"width": width}, "max")["width"]))
+
+
+def token_budget(model, spec, dist: Dist, optimizer) -> int | None:
+    """The positions one pass holds by the device's free memory (pods.train.micro_batch;
+    the same on every rank: the smallest rank's), measured at the run's first update and
+    kept in ``spec.budget``: not read again at every update (the allocator's snapshot, the
+    driver's free memory and a reduction over the ranks are host reads). None off CUDA."""
+    if "tokens" not in spec.budget:
+        p = next(model.parameters())
+        fit = auto_micro_batch(model, 2**62, 1, compute_bytes(model), p.device, optimizer)
+        if fit is not None:
+            fit = int(-dist.reduce({"fit": -fit}, "max")["fit"])  # the smallest over ranks
+        spec.budget["tokens"] = fit
+    return spec.budget["tokens"]
