@@ -27,7 +27,7 @@ import warnings
 import torch
 from torch import Tensor
 
-INSTALL = "pip install -e '.[gpu]'  (or: pip install liger-kernel)"
+INSTALL = "pip install -e '.[gpu]' in pods's clone (or: pip install liger-kernel)"
 
 
 def liger_installed() -> bool:
