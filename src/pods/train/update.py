@@ -91,11 +91,11 @@ def _compute_bytes(model) -> int:
 
 def _parts(model, batch: Rollouts, optim: OptimConfig, layout: str, dist: Dist,
            optimizer=None) -> tuple[list[Part], dict]:
-    """The micro-batches of ``batch`` in ``layout`` and, where they were chosen from free
-    device memory (neither --micro-batch-size nor --micro-batch-tokens, a CUDA GPU),
-    ``optim/micro_batch_size`` (padded) or ``optim/micro_batch_tokens`` (the same on every
-    rank: the smallest rank's choice). Under the packed layouts every rank runs as many
-    parts as the busiest (``idle_part``)."""
+    """The micro-batches of ``batch`` in ``layout`` and the micro-batch they were cut by,
+    on every device: ``optim/micro_batch_size`` (rows a pass) or ``optim/micro_batch_tokens``
+    (a token budget), as asked, or where chosen from free device memory (neither flag, a
+    CUDA GPU) the same on every rank: the smallest rank's choice. Under the packed layouts
+    every rank runs as many parts as the busiest (``idle_part``)."""
     rows, tokens, chosen = optim.micro_batch_size, optim.micro_batch_tokens, {}
     if rows is None and tokens is None:
         B, width = batch.completion_ids.shape[0], \
@@ -110,6 +110,11 @@ def _parts(model, batch: Rollouts, optim: OptimConfig, layout: str, dist: Dist,
             chosen = {"optim/micro_batch_size" if padded else "optim/micro_batch_tokens":
                       float(fit)}
     parts = micro_batches(batch, layout, rows, tokens)
+    if not chosen and parts:  # asked, or every row in one pass: recorded on a CPU too
+        B = batch.completion_ids.shape[0]
+        chosen = {"optim/micro_batch_tokens": float(tokens)} if tokens and layout != "padded" \
+            else {"optim/micro_batch_size": float(parts[0].tokens(batch) // parts[0].width
+                                                   if layout == "padded" else rows or B)}
     if layout != "padded" and dist.world > 1:
         most = int(dist.reduce({"parts": len(parts)}, "max")["parts"])
         parts += [idle_part(batch, layout) for _ in range(most - len(parts))]
@@ -247,6 +252,7 @@ def _update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
     stats.update(chosen)
     stats.update(dist.reduce({"update/positions": float(passes * done),
                               "update/padded_positions": float(passes * padded)}, "sum"))
+    stats["update/micro_batches"] = float(len(parts))  # a rank's passes an iteration
     if skipped:  # only on the steps that skipped, so the usual records keep their fields
         stats["optim/nonfinite_grad"] = float(skipped)
     if engine is not None:
