@@ -63,7 +63,8 @@ def make_comparison(tmp_path: Path) -> Path:
     write_run(tmp_path / "grpo" / "seed1", [(0, 0.5), (10, 0.8), (20, 0.6), (30, 0.9)],
               [{"step": 12, "time": 30, "mem/peak_rss_mb": 120}])
     write_run(tmp_path / "pods" / "seed0", [(0, 0.5), (8, 0.9), (16, 0.9)],
-              [{"step": 4, "time": 16, "mem/peak_rss_mb": 200}])
+              [{"step": 4, "time": 16, "mem/peak_rss_mb": 200, "update/positions": 30,
+                "update/padded_positions": 100}])
     write_run(tmp_path / "pods" / "seed1", [(0, 0.5), (8, 0.7), (16, 0.9)],
               [{"step": 4, "time": 16, "mem/peak_rss_mb": 210, "rollout/completion_len": 7.0,
                 "select/completion_len": 5.0}])
@@ -137,8 +138,9 @@ def test_summary_speedup_worked_numbers(tmp_path, capsys):
     assert "| variant | time to peak (s) | final at (s) | time to grpo peak (s) | steps to grpo " \
            "peak | steps ratio vs grpo [95% CI] | P(end above grpo) [95% CI] | s/step |" in table
     assert "| pods | 16.0 (last eval) | 16.0 | 8.0 | 1.0 | 3.00x (2 seeds: no CI, 3 a side " \
-           "give one) | 0.75 (2 seeds: no CI, 3 a side give one) | 4.00 | - | - | 7.0 | 210 " \
-           "| - |" in table
+           "give one) | 0.75 (2 seeds: no CI, 3 a side give one) | 4.00 | - | - | 0.300 | 7.0 " \
+           "| 210 | - |" in table
+    assert p["positions_share"] == pytest.approx(0.3) and g["positions_share"] is None
     assert "| slow | 40.0 (last eval) | 40.0 | never | never | never (1 seed: no CI, 3 a side " \
            "give one) | 0.50 (1 seed: no CI, 3 a side give one) |" in table
     assert table.startswith(markdown_table(list(rows.values())))

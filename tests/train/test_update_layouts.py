@@ -146,15 +146,21 @@ def test_the_bf16_working_copy_is_within_bf16_rounding():
 
 
 def test_auto_takes_shared_prompt_where_the_attention_allows_and_says_why_not():
-    assert choose("auto", llama())[0] == "shared_prompt"
+    layout, line = choose("auto", llama())
+    assert layout == "shared_prompt" and line.startswith("update layout: auto chose "
+                                                         "shared_prompt (this model's")
     sliding = AutoModelForCausalLM.from_config(LlamaConfig(
         vocab_size=64, hidden_size=48, intermediate_size=96, num_hidden_layers=1,
         num_attention_heads=6, num_key_value_heads=2, attn_logit_softcapping=30.0))
     layout, line = choose("auto", sliding)
     assert layout == "padded" and "attn_logit_softcapping" in line
+    assert line.startswith("update layout: auto chose padded (")
     with pytest.raises(ValueError, match="--update-layout padded or auto"):
         choose("shared_prompt", sliding)
-    assert choose("padded", llama())[0] == "padded"
+    assert choose("padded", llama()) == ("padded", "update layout: padded (--update-layout "
+                                                   "padded)")
+    assert choose("packed", llama())[1].startswith("update layout: packed (--update-layout "
+                                                   "packed; ")
 
 
 def test_a_layout_that_differs_from_padded_falls_back_before_the_first_update(monkeypatch):

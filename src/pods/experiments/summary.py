@@ -39,6 +39,7 @@ from pods.experiments.intervals import (
 from pods.experiments.plots import plot_compare, plot_seeds
 from pods.experiments.run_records import Runs, load_runs
 from pods.experiments.tables import each_run_table, machines_note, markdown_table
+from pods.runs.metrics import positions_share
 
 
 @dataclass(frozen=True, eq=False)
@@ -188,11 +189,17 @@ def _row(name: str, curve: Curve, runs: Runs) -> dict[str, Any]:
         "var_kept": _mean_of(steps, "select/var_kept"),
         "completion_len": _mean_of(steps, "rollout/completion_len"),  # generated, tokens
         "kept_completion_len": _mean_of(steps, "select/completion_len"),  # trained on
+        "positions_share": _share(steps),  # the update's positions / padded's
         "peak_mem_mb": _max_of(steps, "mem/peak_rss_mb"),
         "peak_gpu_mb": _max_of(steps, "mem/peak_gpu_mb"),
         "final_acc": float(curve.mean[-1]),
         "time_of_final": float(curve.times[-1]),  # where the mean curve ends
     }
+
+
+def _share(steps: list[list[dict]]) -> float | None:
+    """The update's positions as a share of padded's, over the seeds' steps together."""
+    return positions_share([r for records in steps for r in records])
 
 
 def _values(steps: list[list[dict]], key: str) -> list[float]:

@@ -32,8 +32,8 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
                  f"each seed's last acc - {base}'s, paired (points) [95% CI]"]
         detail += [f"time to {base} peak (s)", f"steps to {base} peak",
                    f"steps ratio vs {base} [95% CI]", f"P(end above {base}) [95% CI]"]
-    detail += ["s/step", "generate s/step", "update s/step", "completion len (tokens)",
-               "peak RSS (MB)", "peak GPU (MB)"]
+    detail += ["s/step", "generate s/step", "update s/step", "update positions / padded's",
+               "completion len (tokens)", "peak RSS (MB)", "peak GPU (MB)"]
     main, more = [_row(head)], [_row(detail)]
     main.append("|" + "---|" * len(head))
     more.append("|" + "---|" * len(detail))
@@ -54,7 +54,8 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
                                  "reached at step 0"),
                       num(v["p_better_at_end"], ".2f") + ci_cell(v, "p_better_at_end_ci95")]
         extra += [seconds(r["sec_per_step"]), seconds(r["generate_sec"]),
-                  seconds(r["update_sec"]), num(r.get("completion_len"), ".1f"),
+                  seconds(r["update_sec"]), num(r.get("positions_share"), ".3f"),
+                  num(r.get("completion_len"), ".1f"),
                   num(r["peak_mem_mb"], ".0f"), num(r["peak_gpu_mb"], ".0f")]
         main.append(_row(cells))
         more.append(_row(extra))

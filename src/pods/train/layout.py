@@ -38,12 +38,16 @@ def choose(requested: str, model) -> tuple[str, str]:
         if requested != "auto":
             raise ValueError(f"--update-layout {requested} cannot compute this model's "
                              f"attention exactly ({why}); use --update-layout padded or auto.")
-        return "padded", f"update layout: padded (the packed layouts do not compute {why})"
+        return "padded", f"update layout: auto chose padded (the packed layouts do not " \
+                         f"compute {why})"
     layout = "shared_prompt" if requested == "auto" else requested
     what = {"packed": "each row's tokens once, no padding",
             "shared_prompt": "each prompt once a group, no padding"}[layout]
-    return layout, f"update layout: {layout} ({what}; checked against padded before the " \
-                   f"first update)"
+    if requested == "auto":
+        return layout, f"update layout: auto chose {layout} (this model's attention allows " \
+                       f"it; {what}; checked against padded before the first update)"
+    return layout, f"update layout: {layout} (--update-layout {layout}; {what}; checked " \
+                   f"against padded before the first update)"
 
 
 @dataclass(frozen=True)
