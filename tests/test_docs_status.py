@@ -83,10 +83,10 @@ def test_dated_gpu_runs_are_on_the_list(path):
 
 # README status rows (by their capability's opening words) -> what the list says of them
 RAN = {"trainer:": "the trainer", "the embedded default": "the embedded default",
-       "real models": "smollm2_gpu.yaml", "`hf` engine": "hf engine"}
+       "real models": "smollm2_gpu.yaml", "`hf` engine": "hf engine",
+       "the update's layouts": "the update's layouts"}
 NOT_RUN = {"`vllm` engine": "vllm engine", "DDP, FSDP2": "NCCL", "PODS in TRL": "TRL",
-           "PODS in verl": "verl", "`pods env`, `pods check`": "`pods check`",
-           "the update's layouts": "packed layouts"}
+           "PODS in verl": "verl", "`pods env`, `pods check`": "`pods check`"}
 
 
 def test_readme_status_agrees_with_the_list():
