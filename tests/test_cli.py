@@ -56,15 +56,19 @@ def test_eval_ends_with_its_table(trained_run):
 
 
 def test_eval_of_a_run_scores_as_its_training_evaluations_did(trained_run):
-    """The run evaluated greedily once (its eval_temperature 0, eval_repeats 1): so does
-    `pods eval` of it, unless flags say otherwise; the last training evaluation and
-    `pods eval` of the same checkpoint on the same problems agree."""
+    """The run evaluated greedily once (its eval_temperature 0, eval_repeats 1) on its first
+    8 test problems (eval_size 8): so does `pods eval` of it, saying so, unless flags say
+    otherwise; the last training evaluation and `pods eval` of the same checkpoint on the
+    same problems agree."""
     result = pods("eval", str(trained_run), "--json")
     assert result.returncode == 0, result.stderr
     metrics = json.loads(result.stdout[result.stdout.index("{"):])["arithmetic"]
     assert (metrics["eval/temperature"], metrics["eval/repeats"]) == (0.0, 1)
     last = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text()
             .splitlines() if '"eval"' in line][-1]
+    assert metrics["eval/problems"] == last["eval/problems"] == 8  # not the whole split
+    assert "arithmetic: the problems training evaluated: the first 8 of the test split " \
+           "from offset 0" in result.stderr
     assert metrics["eval/accuracy"] == last["eval/accuracy"]
     result = pods("eval", str(trained_run), "--eval-temperature", "0.9", "--repeats", "2",
                   "--json")

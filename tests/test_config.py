@@ -34,6 +34,7 @@ from runs import flat
     (dict(max_time=-5.0), "max_time=-5.0 must be positive"),
     (dict(max_steps=0), "max_steps=0 must be positive"),
     (dict(prompts_per_step=2, m=4, micro_batch_size=9), r"larger than .* P\*m = 2\*4 = 8"),
+    (dict(micro_batch_size=4, micro_batch_tokens=64), r"both cut the update.s passes: keep one"),
     (dict(loss_norm="mean"), "unknown loss_norm"),
     (dict(adv_scale="global"), "unknown adv_scale"),
     (dict(is_correction="tis"), "unknown is_correction 'tis'; use one of none, "

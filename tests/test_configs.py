@@ -135,7 +135,7 @@ def test_gpu_setup_config_is_pinned_and_matches_its_name(path):
     name = re.fullmatch(r"(\w+)_(qwen[\d.]+-[\d.]+b)_(\d+)gpu\.yaml", path.name)
     task, model, gpus = name.groups()
     assert cfg.task == task and cfg.model.lower() == f"qwen/{model}-instruct"
-    assert cfg.prompts_per_step == int(gpus) and cfg.engine == "vllm"
+    assert cfg.prompts_per_step == int(gpus) and cfg.engine == "hf"  # vLLM: not yet on a GPU
     assert cfg.n > cfg.m and cfg.rule == "max_variance" and cfg.micro_batch_size == cfg.m
     assert cfg.lora_rank == 0 and cfg.lr <= 1e-6 and cfg.gradient_checkpointing
     assert cfg.max_steps is None and cfg.max_time > 0 and cfg.eval_size is None
@@ -189,7 +189,9 @@ def test_a_pinned_config_writes_every_key_that_shapes_its_run(path):
 # embedded one got the language-model recipe: the field defaults once, then each config's
 # (each comparison variant's, at seed 0) values that differ from them. It also holds the
 # configs added beside this change on the main line (configs/gpu/, *_gpu_fast, ...),
-# resolved by that code: a checkout without them skips their entries.
+# resolved by that code: a checkout without them skips their entries. A config changed on
+# purpose since carries its new values here: on 2026-12-04 the GPU configs' engine, update
+# paths and micro-batch were pinned to what had run on a GPU (docs/guides/gpu.md).
 RESOLVED = Path(__file__).parent / "fixtures" / "shipped_configs.json"
 
 
@@ -228,3 +230,55 @@ def test_the_gpu_recipe_says_it_is_written_for_a_gpu():
     for path in GPU_SHOWCASE:
         assert from_dict(load_yaml(path)).run.written_for_gpu, path
     assert not any(from_dict(load_yaml(path)).run.written_for_gpu for path in SHOWCASE)
+
+
+GUIDE = CONFIGS.parent / "docs" / "guides" / "gpu.md"
+GPU_CONFIGS = sorted([*GPU_SHOWCASE, *GPU_SETUPS, *TRAIN])
+PATH_KEYS = ("engine", "hf_decode", "update_layout", "weight_cast", "update_kernels")
+
+
+def _guide_tables() -> tuple[dict[str, list[str]], dict[tuple[str, str], str]]:
+    """From the GPU guide's "What each config pins": {config glob: [engine, hf_decode,
+    update_layout, weight_cast, update_kernels, micro_batch_size]} and {(key, value): what
+    ran on a GPU}."""
+    text = GUIDE.read_text()
+    section = text[text.index("## What each config pins"):text.index("## Launch")]
+    rows, paths = {}, {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if line.startswith("| `configs/"):
+            for pattern in re.findall(r"`(configs/[^`]+)`", cells[0]):
+                rows[pattern] = cells[1:]
+        elif line.startswith("| `") and len(cells) == 2:
+            for pair in re.findall(r"`(\w+): (\w+)`", cells[0]):
+                paths[pair] = cells[1]
+    return rows, paths
+
+
+def _cell(cell: str, cfg) -> int | None:
+    """A micro-batch cell as the config's value: "none", a number, or "m (16; MATH 8)"."""
+    word = cell.split(" ")[0]
+    return int(word) if word.isdigit() else {"none": None, "m": cfg.m}[word]
+
+
+def test_the_gpu_guides_table_says_what_each_gpu_config_pins():
+    """docs/guides/gpu.md's table of configs against their keys: every GPU config is in it
+    once, each pins (writes) the paths the table gives it, and each path is in the guide's
+    list of what ran on a GPU, with a date; a path the list says is not pinned is in no
+    config, and the set-ups and recipes pin only paths that ran."""
+    rows, paths = _guide_tables()
+    matched = {path: [p for p in rows if path in CONFIGS.parent.glob(p)] for path in GPU_CONFIGS}
+    assert {str(path): len(found) for path, found in matched.items() if len(found) != 1} == {}
+    for path, [pattern] in matched.items():
+        written, cfg = load_yaml(path), flat(from_dict(load_yaml(path)))
+        *values, micro = rows[pattern]
+        assert [str(getattr(cfg, key)) for key in PATH_KEYS] == values, path.name
+        assert set(PATH_KEYS) | {"micro_batch_size"} <= set(written), path.name
+        assert cfg.micro_batch_size == _cell(micro, cfg), path.name
+        for key in PATH_KEYS:
+            status = paths[(key, str(getattr(cfg, key)))]
+            assert "not pinned" not in status, (path.name, key, status)
+            if path.parent.name != "paper":  # the paper's configs keep the paper's vLLM
+                assert status.startswith("ran: ") and re.search(r"20\d\d-\d\d-\d\d", status), \
+                    (path.name, key, status)
+    assert paths[("engine", "vllm")].startswith("not yet run")

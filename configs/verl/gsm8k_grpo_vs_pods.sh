@@ -11,7 +11,8 @@
 # CI has no GPU; the sampler itself is tested on CPU against verl 0.9.1
 # (tests/integrations/test_verl.py), including verl's loading of it from this config path.
 #
-#   pip install 'pods-rl[verl]' vllm          # verl 0.9.x, with TransferQueue
+#   pip install -e '.[verl]' vllm   # in pods's clone; verl 0.9.x, with TransferQueue
+#   (pip install 'pods-rl[verl]' vllm once pods-rl is on PyPI)
 #   python examples/data_preprocess/gsm8k.py --local_save_dir ~/data/gsm8k   (verl's script)
 #   VARIANT=grpo bash configs/verl/gsm8k_grpo_vs_pods.sh
 #   VARIANT=pods bash configs/verl/gsm8k_grpo_vs_pods.sh

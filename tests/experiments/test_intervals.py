@@ -81,8 +81,15 @@ def test_interval_resamples_each_side_independently():
 
 
 def test_interval_unbounded_end_is_none():
-    # inf whenever the left resample is all run 0 (probability 1/4 with 2 runs)
-    assert interval(lambda ia, ib: np.inf if (ia == 0).all() else 1.0, 2, 2) == [1.0, None]
+    # inf whenever the left resample is all run 0 (probability 1/27 with 3 runs: 3.7%)
+    assert interval(lambda ia, ib: np.inf if (ia == 0).all() else 1.0, 3, 3) == [1.0, None]
+
+
+def test_two_runs_a_side_give_no_interval():
+    """2 runs have 3 distinct resamples: their percentiles would be a point or the runs'
+    ends, not a measure of how sure a figure is."""
+    assert interval(lambda ia, ib: float(np.mean(ia == 0)), 2, 5) is None
+    assert interval(lambda ia, ib: float(np.mean(ia == 0)), 5, 2) is None
 
 
 @pytest.mark.parametrize("ci, expected", [

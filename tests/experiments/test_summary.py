@@ -63,7 +63,8 @@ def make_comparison(tmp_path: Path) -> Path:
     write_run(tmp_path / "grpo" / "seed1", [(0, 0.5), (10, 0.8), (20, 0.6), (30, 0.9)],
               [{"step": 12, "time": 30, "mem/peak_rss_mb": 120}])
     write_run(tmp_path / "pods" / "seed0", [(0, 0.5), (8, 0.9), (16, 0.9)],
-              [{"step": 4, "time": 16, "mem/peak_rss_mb": 200}])
+              [{"step": 4, "time": 16, "mem/peak_rss_mb": 200, "update/positions": 30,
+                "update/padded_positions": 100}])
     write_run(tmp_path / "pods" / "seed1", [(0, 0.5), (8, 0.7), (16, 0.9)],
               [{"step": 4, "time": 16, "mem/peak_rss_mb": 210, "rollout/completion_len": 7.0,
                 "select/completion_len": 5.0}])
@@ -95,18 +96,13 @@ def test_summary_speedup_worked_numbers(tmp_path, capsys):
     # grpo mean by step .5, .7, .7, .8 -> peak .8 at step 3; pods .5, .8, .9 -> .8 at step 1
     assert (g["steps_to_baseline_peak"], p["steps_to_baseline_peak"]) == (3, 1)
     assert s["steps_to_baseline_peak"] is None
-    # the intervals, 2 seeds a side: each side's resample is {s0, s0}, {s1, s1} (1/4 each)
-    # or one of each (1/2). grpo's peak: .8 at 20 s, .9 at 30 s, .8 at 30 s; the time pods
-    # takes to reach it: {s0, s0} 8 s, {s1, s1} 16 s for both .8 and .9, mixed 8 s, 16 s.
-    # Speed-ups: 1.25 (p 1/16), 1.875 (5/16), 2.5 (3/16), 3.75 (7/16): the 2.5% and 97.5%
-    # points are the two ends, far from any boundary, whatever the generator draws
-    assert p["speedup_ci95"] == [1.25, 3.75] and p["verdict"] == "faster"
-    # by steps the same cases give 1, 1.5, 2, 3 with those weights: 1 is inside
-    assert p["steps_ratio"] == 3.0 and p["steps_ratio_ci95"] == [1.0, 3.0]
-    assert p["steps_verdict"] == "not distinguishable"
-    # pods ends at .9, .9; grpo at .7, .9: pairs 1 + 1/2 + 1 + 1/2 of 4; resamples of grpo
-    # {.7, .7} 1, {.9, .9} 1/2, mixed 3/4
-    assert p["p_better_at_end"] == 0.75 and p["p_better_at_end_ci95"] == [0.5, 1.0]
+    # 2 seeds a side: estimates, no interval (2 seeds have 3 distinct resamples) and no
+    # verdict
+    assert p["speedup_ci95"] is None and p["verdict"] is None
+    assert p["steps_ratio"] == 3.0 and p["steps_ratio_ci95"] is None
+    assert p["steps_verdict"] is None
+    # pods ends at .9, .9; grpo at .7, .9: pairs 1 + 1/2 + 1 + 1/2 of 4
+    assert p["p_better_at_end"] == 0.75 and p["p_better_at_end_ci95"] is None
     assert (p["seeds"], p["seeds_baseline"], p["vs"]["grpo"]["seeds_variant"]) == (2, 2, 2)
     # one seed on a side: estimates without intervals; the baseline itself: none either
     assert s["speedup_ci95"] is None and s["verdict"] is None
@@ -129,21 +125,24 @@ def test_summary_speedup_worked_numbers(tmp_path, capsys):
     table = (tmp_path / "summary.md").read_text()
     assert p["completion_len"] == 7.0 and p["kept_completion_len"] == 5.0
     # first what a reader needs: accuracies, the speed-up, the paired end difference
-    assert table.startswith(
-        "| variant | seeds | peak acc (%) | final acc (%) | speed-up vs grpo [95% CI] | end acc "
-        "- grpo, paired by seed (points) [95% CI] |\n|---|---|---|---|---|---|\n"
-        "| grpo | 2 | 80.0 | 80.0 | 1.00x | - |\n"
-        "| pods | 2 | 90.0 | 90.0 | 3.75x [1.25, 3.75] faster | +10.0 [-117.1, +137.1] (2 "
-        "seeds, 1 higher, sign-flip p = 1.000, 80% power beyond ±100) |\n"
-        "| slow | 1 | 75.0 | 75.0 | never (1 seed: no CI) | +5.0 (1 seed, 1 higher) |\n\n"
-        "### Details\n")
+    assert table.startswith("Peak and final acc: the highest and the last value of the "
+                            "variant's mean curve over seeds")
+    assert "\n\n| variant | seeds | peak acc (%) | final acc (%) | speed-up vs grpo [95% CI] | " \
+        "each seed's last acc - grpo's, paired (points) [95% CI] |\n|---|---|---|---|---|---|\n" \
+        "| grpo | 2 | 80.0 | 80.0 | 1.00x | - |\n" \
+        "| pods | 2 | 90.0 | 90.0 | 3.75x (2 seeds: no CI, 3 a side give one) | +10.0 " \
+        "[-117.1, +137.1] (2 seeds, 1 higher, sign-flip p = 1.000, 80% power beyond ±100) |\n" \
+        "| slow | 1 | 75.0 | 75.0 | never (1 seed: no CI, 3 a side give one) | +5.0 (1 seed, " \
+        "1 higher) |\n\n### Details\n" in table
     # then the rest
-    assert "| variant | time to peak (s) | time to grpo peak (s) | steps to grpo peak | steps " \
-           "ratio vs grpo [95% CI] | P(end above grpo) [95% CI] | s/step |" in table
-    assert "| pods | 16.0 (last eval) | 8.0 | 1 | 3.00x [1.00, 3.00] not distinguishable | " \
-           "0.75 [0.50, 1.00] | 4.000 | - | - | 7.0 | 210 | - |" in table
-    assert "| slow | 40.0 (last eval) | never | never | never (1 seed: no CI) | 0.50 (1 " \
-           "seed: no CI) |" in table
+    assert "| variant | time to peak (s) | final at (s) | time to grpo peak (s) | steps to grpo " \
+           "peak | steps ratio vs grpo [95% CI] | P(end above grpo) [95% CI] | s/step |" in table
+    assert "| pods | 16.0 (last eval) | 16.0 | 8.0 | 1.0 | 3.00x (2 seeds: no CI, 3 a side " \
+           "give one) | 0.75 (2 seeds: no CI, 3 a side give one) | 4.00 | - | - | 0.300 | 7.0 " \
+           "| 210 | - |" in table
+    assert p["positions_share"] == pytest.approx(0.3) and g["positions_share"] is None
+    assert "| slow | 40.0 (last eval) | 40.0 | never | never | never (1 seed: no CI, 3 a side " \
+           "give one) | 0.50 (1 seed: no CI, 3 a side give one) |" in table
     assert table.startswith(markdown_table(list(rows.values())))
     assert table in capsys.readouterr().out
     # each run on a line: evaluation i headed by the median of the runs' i-th eval times
@@ -151,10 +150,10 @@ def test_summary_speedup_worked_numbers(tmp_path, capsys):
     assert table.split("## Each run\n\n")[1] == (
         "| variant | seed | 0 s | 10 s | 20 s | 30 s | steps | s/step | completion tokens "
         "(last 10 steps) |\n|---|---|---|---|---|---|---|---|---|\n"
-        "| grpo | 0 | 50.0 | 60.0 | 80.0 | 70.0 | 10 | 3.0 | - |\n"
-        "| grpo | 1 | 50.0 | 80.0 | 60.0 | 90.0 | 12 | 2.5 | - |\n"
-        "| pods | 0 | 50.0 | 90.0 | 90.0 | - | 4 | 4.0 | - |\n"
-        "| pods | 1 | 50.0 | 70.0 | 90.0 | - | 4 | 4.0 | 7 |\n"
+        "| grpo | 0 | 50.0 | 60.0 | 80.0 | 70.0 | 10 | 3.00 | - |\n"
+        "| grpo | 1 | 50.0 | 80.0 | 60.0 | 90.0 | 12 | 2.50 | - |\n"
+        "| pods | 0 | 50.0 | 90.0 | 90.0 | - | 4 | 4.00 | - |\n"
+        "| pods | 1 | 50.0 | 70.0 | 90.0 | - | 4 | 4.00 | 7 |\n"
         "| slow | 0 | 50.0 | 60.0 | 75.0 | - | - | - | - |\n")
     png = (tmp_path / "curves.png").read_bytes()
     assert png.startswith(PNG) and len(png) > 5000
@@ -181,14 +180,20 @@ def test_each_seed_is_a_line_of_its_variants_panel(tmp_path, monkeypatch):
     assert drawn == {"pods (2 seeds)": ["seed100", "seed101"], "grpo (1 seed)": ["seed0"]}
 
 
-def test_final_accuracy_is_each_runs_last_eval(tmp_path):
-    """A run's final eval a moment after another run's last one is past the common grid;
-    the final accuracy still counts it (the mean curve there holds its previous eval)."""
-    write_run(tmp_path / "pods" / "seed0", [(0, 0.1), (100, 0.6), (181, 0.7)])
+def test_peak_and_final_come_from_one_curve_when_seeds_differ_in_length(tmp_path):
+    """Seeds of different lengths: seed0 goes on to 0.9 after seed1 stopped. Peak and final
+    are read off the same mean curve (to 180 s, where seed1 stopped), so the peak is never
+    below the final; seed0's later evals count in the paired end difference only."""
+    write_run(tmp_path / "pods" / "seed0", [(0, 0.1), (100, 0.6), (150, 0.7), (300, 0.9)])
     write_run(tmp_path / "pods" / "seed1", [(0, 0.1), (100, 0.5), (180, 0.6)])
     write_spec(tmp_path, "pods", ["pods"])
     [row] = summarize(tmp_path)
-    assert row["final_acc"] == pytest.approx(0.65)  # not (0.6 + 0.6) / 2 at t = 180
+    # mean curve: 0 s .1, 100 s .55, 150 s (.7 + .5) / 2 = .6, 180 s (.7 + .6) / 2 = .65
+    assert row["peak_acc"] == pytest.approx(0.65) and row["time_to_peak"] == 180
+    assert row["final_acc"] == pytest.approx(0.65) and row["time_of_final"] == 180
+    assert row["peak_acc"] >= row["final_acc"]  # not .75 from each seed's last eval
+    # steps at 180 s: seed0's eval at 150 s was its step 2, seed1's at 180 s its step 2
+    assert row["steps_to_baseline_peak"] == 2.0
 
 
 def test_two_baselines_each_get_a_speedup(tmp_path):
@@ -204,11 +209,11 @@ def test_two_baselines_each_get_a_speedup(tmp_path):
     assert p["speedup"] == pytest.approx(30 / 8) and p["vs"]["grpo"]["speedup"] == p["speedup"]
     # slow peaks (.75) at 40 s; pods first reaches .75 at 8 s (mean .8): 5x, at step 1;
     # grpo reaches .75 at 30 s (mean .8): 40/30
-    # pods against slow by steps: slow peaks at step 2, pods has .75 at step 1; it ends at .9
-    # against .75 in both pairs; slow has one seed, so nothing has an interval
+    # pods against slow by steps: slow peaks at step 2 (40 s), pods' seeds are at step 1 at
+    # 8 s; it ends at .9 against .75 in both pairs; slow has one seed: no interval
     assert p["vs"]["slow"] == {
         "time_to_peak": 8, "speedup": 5.0, "speedup_ci95": None, "verdict": None,
-        "steps_to_peak": 1, "steps_ratio": 2.0, "steps_ratio_ci95": None,
+        "steps_to_peak": 1.0, "steps_ratio": 2.0, "steps_ratio_ci95": None,
         "steps_verdict": None, "p_better_at_end": 1.0, "p_better_at_end_ci95": None,
         "seeds_variant": 2, "seeds_baseline": 1, "paired_seeds": 1, "paired_wins": 1,
         "paired_diff": pytest.approx(0.15), "paired_diff_ci95": None,
@@ -217,14 +222,15 @@ def test_two_baselines_each_get_a_speedup(tmp_path):
     assert rows["slow"]["vs"]["slow"]["speedup"] == 1.0
     assert rows["slow"]["vs"]["grpo"]["speedup"] is None  # never reaches .8
     table = (tmp_path / "summary.md").read_text()
-    assert "| speed-up vs grpo [95% CI] | end acc - grpo, paired by seed (points) [95% CI] | " \
-        "speed-up vs slow [95% CI] | end acc - slow, paired by seed (points) [95% CI] |" in table
-    assert ("| pods | 2 | 90.0 | 90.0 | 3.75x [1.25, 3.75] faster | +10.0 [-117.1, +137.1] (2 "
-            "seeds, 1 higher, sign-flip p = 1.000, 80% power beyond ±100) | 5.00x (1 seed: no "
-            "CI) | +15.0 (1 seed, 1 higher) |") in table
+    assert "| speed-up vs grpo [95% CI] | each seed's last acc - grpo's, paired (points) [95% " \
+        "CI] | speed-up vs slow [95% CI] | each seed's last acc - slow's, paired (points) " \
+        "[95% CI] |" in table
+    assert ("| pods | 2 | 90.0 | 90.0 | 3.75x (2 seeds: no CI, 3 a side give one) | +10.0 "
+            "[-117.1, +137.1] (2 seeds, 1 higher, sign-flip p = 1.000, 80% power beyond ±100) "
+            "| 5.00x (1 seed: no CI, 3 a side give one) | +15.0 (1 seed, 1 higher) |") in table
     assert "| P(end above grpo) [95% CI] | time to slow peak (s) | steps to slow peak |" in table
-    assert "| 0.75 [0.50, 1.00] | 8.0 | 1 | 2.00x (1 seed: no CI) | 1.00 (1 seed: no CI) |" \
-        in table
+    assert "| 8.0 | 1.0 | 2.00x (1 seed: no CI, 3 a side give one) | 1.00 (1 seed: no CI, 3 " \
+        "a side give one) |" in table
 
 
 def test_baseline_peaking_at_time_zero_gives_no_speedup(tmp_path):
@@ -237,7 +243,7 @@ def test_baseline_peaking_at_time_zero_gives_no_speedup(tmp_path):
     assert rows["other"]["time_to_baseline_peak"] == 0 and rows["other"]["speedup"] is None
     table = (tmp_path / "summary.md").read_text()  # n/a, and why
     assert "| other | 1 | 60.0 | 60.0 | n/a (base's peak was its start) |" in table
-    assert "| other | 10.0 (last eval) | 0.0 | 0 | n/a (reached at step 0) |" in table
+    assert "| other | 10.0 (last eval) | 10.0 | 0.0 | 0.0 | n/a (reached at step 0) |" in table
 
 
 def test_summarize_needs_a_comparison_folder(tmp_path):
@@ -264,7 +270,8 @@ def test_a_clear_speedup_is_faster_and_its_reverse_slower(tmp_path):
                                    for i in range(3)])
     rows = {r["variant"]: r for r in summarize(tmp_path)}
     p, g = rows["pods"], rows["grpo"]
-    # grpo's mean is .8 once all three seeds are (44 s, step 22); pods' at 22 s, step 22
+    # grpo's mean is .8 once all three seeds are (44 s, when its seeds had made 20, 21 and
+    # 22 steps: 21 on average); pods' at 22 s, its seeds at steps 20, 21, 22 too
     assert (g["time_to_peak"], p["time_to_baseline_peak"]) == (44, 22)
     assert p["speedup"] == 2.0 and p["steps_ratio"] == 1.0
     # a resample's time is its slowest seed: grpo 40, 42 or 44 s, pods 20, 21 or 22 s, so
@@ -284,7 +291,7 @@ def test_a_clear_speedup_is_faster_and_its_reverse_slower(tmp_path):
     assert f"| 2.00x [{p['speedup_ci95'][0]:.2f}, {p['speedup_ci95'][1]:.2f}] faster |" \
         in table
     assert "| 0.50x [" in table and "] slower |" in table
-    assert "| 22.0 | 22 | 1.00x [" in table and "] not distinguishable | 0.50 [0.50, 0.50] |" \
+    assert "| 22.0 | 21.0 | 1.00x [" in table and "] not distinguishable | 0.50 [0.50, 0.50] |" \
         in table
     # the same folder gives the same summary: the generator is seeded
     assert summarize(tmp_path) == list(rows.values())
@@ -318,15 +325,42 @@ def test_never_reaching_the_peak_still_has_an_interval(tmp_path):
     """pods never reaches grpo's mean peak, but only because of grpo's lucky seed: a
     resample counts "never" as speed-up 0, and the resamples without the lucky seed tie."""
     write_spec(tmp_path, "grpo", ["grpo", "pods"])
-    write_seeds(tmp_path, "grpo", [[(0, .5), (10, .8), (20, .8)], [(0, .5), (10, .6), (20, .6)]])
-    write_seeds(tmp_path, "pods", [[(0, .5), (10, .6), (20, .65)]] * 2)
+    write_seeds(tmp_path, "grpo", [[(0, .5), (10, .8), (20, .8)]]
+                + [[(0, .5), (10, .6), (20, .6)]] * 2)
+    write_seeds(tmp_path, "pods", [[(0, .5), (10, .6), (20, .65)]] * 3)
     p = {r["variant"]: r for r in summarize(tmp_path)}["pods"]
-    # grpo resampled: {s0, s0} peaks .8, mixed .7: pods (.65 at most) never gets there, 0;
-    # {s1, s1} (probability 1/4) peaks .6 at 10 s, which pods reaches at 10 s: 1
+    # grpo's mean peaks at (.8 + .6 + .6) / 3 = .667 > .65: pods never gets there. A grpo
+    # resample holding the lucky seed peaks higher still: 0; one without it (probability
+    # (2/3)^3 = 30%) peaks at .6, which pods reaches at 10 s as grpo does: 1
     assert p["time_to_baseline_peak"] is None and p["speedup"] is None
     assert p["speedup_ci95"] == [0.0, 1.0] and p["verdict"] == "not distinguishable"
     assert "| never | never [0.00, 1.00] not distinguishable |" in \
         (tmp_path / "summary.md").read_text()
+
+
+def test_five_seeds_a_side_give_an_interval_and_a_verdict(tmp_path):
+    """5 seeds a side, each pods seed reaching .8 in half its grpo seed's time at the same
+    step: grpo's mean is .8 at 48 s (its slowest seed), pods' at 24 s, 2.0x. A resample's
+    time is its slowest seed's: grpo 40-48 s, pods 20-24 s, so every resample lies in
+    [40/24, 48/20] = [1.67, 2.40], above 1: faster. By steps the seeds are alike."""
+    write_spec(tmp_path, "grpo", ["grpo", "pods"])
+    write_seeds(tmp_path, "grpo", [[(0, .5, 0), (40 + 2 * i, .8, 20 + i), (60, .7, 30 + i)]
+                                   for i in range(5)])
+    write_seeds(tmp_path, "pods", [[(0, .5, 0), (20 + i, .8, 20 + i), (60, .75, 60)]
+                                   for i in range(5)])
+    p = {r["variant"]: r for r in summarize(tmp_path)}["pods"]
+    assert p["speedup"] == 2.0 and p["verdict"] == "faster"
+    low, high = p["speedup_ci95"]
+    assert 40 / 24 <= low < 2.0 < high <= 48 / 20
+    # steps when the mean got there: grpo's seeds at 48 s were at 20..24 (22 on average),
+    # pods' at 24 s at 20..24 too
+    assert (p["vs"]["grpo"]["steps_to_peak"], p["steps_ratio"]) == (22.0, 1.0)
+    assert p["steps_verdict"] == "not distinguishable"
+    # the mean curve falls to .75 by 60 s: the peak is above the final, as on its curve
+    assert (p["peak_acc"], p["final_acc"]) == (pytest.approx(0.8), pytest.approx(0.75))
+    # every pods seed ends .05 above its grpo seed: 5 of 5, the smallest sign-flip p
+    pv = p["vs"]["grpo"]
+    assert (pv["paired_wins"], pv["paired_p"]) == (5, pytest.approx(2 / 32))
 
 
 def test_summary_json_names(tmp_path):

@@ -41,7 +41,10 @@ def test_two_step_run_changes_the_model_and_writes_everything(tiny_model_dir, tm
     assert summary[1].endswith(f"{100 * last:.1f}% at the end")
     assert summary[2].startswith(f"2 steps in {steps[-1]['time']:.1f} training seconds")
     assert "generate" in summary[2] and "update" in summary[2] and "sync" in summary[2]
-    assert summary[3] == f"learning curve: {run / 'curve.png'}"
+    share = sum(s["update/positions"] for s in steps) / \
+        sum(s["update/padded_positions"] for s in steps)
+    assert summary[3].startswith(f"the update processed {share:.3f} of the positions padded")
+    assert summary[4] == f"learning curve: {run / 'curve.png'}"
 
 
 def test_update_sees_only_the_kept_rollouts(tiny_model_dir, tmp_path, monkeypatch):

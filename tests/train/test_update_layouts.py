@@ -110,8 +110,9 @@ def test_an_update_equals_padded(layout, case):
     want_stats, want = update("padded", model, ref, **fields)
     got_stats, got = update(layout, model, ref, **fields)
     assert_same_steps(model, want, got)
-    for key, value in want_stats.items():
-        if key != "update/positions":
+    for key, value in want_stats.items():  # a token budget cuts padded rows, packed groups
+        if key != "update/positions" and not key.startswith(("optim/micro_batch",
+                                                             "update/micro_batches")):
             assert got_stats[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
     assert got_stats["update/positions"] < want_stats["update/positions"]
 
@@ -154,9 +155,13 @@ def test_auto_takes_shared_prompt_where_the_attention_allows_and_says_why_not():
         num_attention_heads=6, num_key_value_heads=2, attn_logit_softcapping=30.0))
     layout, line = choose("auto", sliding)
     assert layout == "padded" and "attn_logit_softcapping" in line
+    assert line.startswith("update layout: auto chose padded (")
     with pytest.raises(ValueError, match="--update-layout padded or auto"):
         choose("shared_prompt", sliding)
-    assert choose("padded", llama())[0] == "padded"
+    assert choose("padded", llama()) == ("padded", "update layout: padded (--update-layout "
+                                                   "padded)")
+    assert choose("packed", llama())[1].startswith("update layout: packed (--update-layout "
+                                                   "packed; ")
     from transformers import MistralConfig
 
     windowed = MistralConfig(sliding_window=4, num_hidden_layers=2,
@@ -325,3 +330,24 @@ def test_the_micro_batch_from_free_memory_is_tokens_under_the_packed_layouts(mon
                       KeptBatch(kept_rows(), torch.linspace(-1, 1, 7), kept=6, pad_rows=1),
                       spec)
     assert len(calls) == 1
+
+
+def test_the_micro_batch_asked_is_recorded_on_every_device():
+    """Not only a CUDA GPU's choice: on a CPU the record says the token positions a pass may
+    hold and the rows of the largest pass, in every layout (all 7 rows of 16 positions in
+    one pass without a flag; a token budget of 40 over padded rows of 16 positions: 2)."""
+    import pods.train.passes as passes
+    from pods.runtime.distributed import Dist
+
+    batch = kept_rows()  # 7 rows of 16 positions
+    for layout, fields, want, count in (
+            ("padded", {}, (112.0, 7.0), 1),
+            ("padded", {"micro_batch_tokens": 40}, (40.0, 2.0), 4),
+            ("shared_prompt", {"micro_batch_size": 3}, (48.0, 3.0), 3),
+            ("shared_prompt", {"micro_batch_tokens": 40}, (40.0, None), None)):
+        spec = UpdateSpec(OptimConfig(**fields), LossConfig(), 1.0, 9, layout=layout)
+        parts, chosen = passes.parts(llama(), batch, spec, Dist(world=1))
+        assert chosen["optim/micro_batch_tokens"] == want[0], (layout, fields)
+        largest = max(len(p.take(batch.completion_ids)) for p in parts)
+        assert chosen["optim/micro_batch_size"] == (want[1] or largest), (layout, fields)
+        assert count is None or len(parts) == count, (layout, fields)

@@ -134,7 +134,9 @@ def _parser() -> argparse.ArgumentParser:
                    "its training evaluations did; a model: the paper's 5)")
     p.add_argument("--eval-temperature", type=float, default=None, help="0 = greedy "
                    "(default: a run folder's own eval_temperature; a model: the paper's 0.9)")
-    p.add_argument("--eval-size", type=int, default=None, help="test problems (default: all)")
+    p.add_argument("--eval-size", type=int, default=None, help="test problems (default: a "
+                   "run folder's own eval_size for its task, the problems its training "
+                   "evaluations scored; otherwise all)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's "
                    "for its own task, the recipe's for each other --task (a program 1024, a "
                    "worked solution 512, ...)")

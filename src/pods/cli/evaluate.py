@@ -19,7 +19,8 @@ class EvalRequest:
     # eval_repeats, a model's the paper's 5
     temperature: float | None = None  # 0 = greedy; None: a run's own eval_temperature, a
     # model's the paper's 0.9
-    size: int | None = None  # test problems per set; None = all
+    size: int | None = None  # test problems per set; None: a run's own eval_size for its
+    # task (the problems its training evaluations scored), else all
     device: str = "auto"
     fields: dict[str, Any] = field(default_factory=dict)  # flat config keys to set: a
     # custom task's data_file and reward_fn, a model's gguf_file, max_new_tokens, engine...
@@ -61,7 +62,8 @@ def evaluate_path(request: EvalRequest, log=None) -> dict[str, dict]:
         sampling = Sampling(temperature, lengths[name], seed=cfg.run.seed, repeats=repeats)
         problems, dropped = drop_long_prompts(engine.tokenizer, task, task.test(),
                                               cfg.task.max_prompt_tokens)
-        chosen = eval_slice(problems, cfg.eval.offset, request.size)
+        size = _size(request, cfg, checkpoints is not None and name == cfg.task.name, log)
+        chosen = eval_slice(problems, cfg.eval.offset, size)
         result = evaluate(engine, task, chosen, sampling)
         results[name] = {**result, "eval/dropped_long_prompts": dropped,
                          "eval/temperature": temperature,
@@ -78,6 +80,19 @@ def _protocol(request: EvalRequest, cfg, run: bool) -> tuple[float, int]:
     default = (cfg.eval.temperature, cfg.eval.repeats) if run else PAPER
     return (default[0] if request.temperature is None else request.temperature,
             default[1] if request.repeats is None else request.repeats)
+
+
+def _size(request: EvalRequest, cfg, own: bool, log) -> int | None:
+    """Test problems to score: --eval-size, else for a run's own task its eval_size (the
+    same problems in the same order as its training evaluations: the test split, prompts
+    over max_prompt_tokens dropped, from eval_offset), said in a line; else all."""
+    if request.size is not None or not own:
+        return request.size
+    size = cfg.eval.size
+    log(f"{cfg.task.name}: the problems training evaluated: "
+        f"{'all' if size is None else f'the first {size}'} of the test split from offset "
+        f"{cfg.eval.offset} (eval_size, eval_offset of the run; --eval-size N changes it)")
+    return size
 
 
 def _new_tokens(task: str, cfg, request: EvalRequest) -> int:

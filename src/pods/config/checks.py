@@ -55,6 +55,10 @@ def _counts(c: Config) -> Iterator[str]:
     if micro is not None and micro > c.kept_per_step:
         yield f"micro_batch_size={micro} is larger than the batch of kept rollouts P*m = " \
               f"{r.prompts_per_step}*{s.m} = {c.kept_per_step}; lower it."
+    if micro is not None and c.optim.micro_batch_tokens is not None:
+        yield f"micro_batch_size={micro} and micro_batch_tokens={c.optim.micro_batch_tokens} " \
+              f"both cut the update's passes: keep one (--micro-batch-size: rows a pass; " \
+              f"--micro-batch-tokens: token positions a pass)."
 
 
 def one_of(key: str, value: str, known) -> Iterator[str]:

@@ -7,8 +7,10 @@ independently (the variant's and the baseline's runs share nothing but the seed 
 the quantity is recomputed from the resampled mean curves exactly as for the point
 estimate, and scipy.stats.bootstrap reads the 2.5th and 97.5th percentiles of those
 recomputations. Every resample needs a number: a variant that never reaches the baseline's
-peak in a resample counts as speed-up 0 (infinite time), see ``resampled_speedup``; with a
-single seed on a side there is nothing to resample and no interval. With 3 to 10 seeds the
+peak in a resample counts as speed-up 0 (infinite time), see ``resampled_speedup``. With
+fewer than ``MIN_SEEDS`` seeds on a side there is no interval: 2 seeds have only 3 distinct
+resamples, and their percentiles come out as a point or the two seeds' ends (a speed-up of
+1.33x [1.33, 1.33] from 2 seeds says nothing of how sure it is). With 3 to 10 seeds the
 interval is rough (it tends to be too narrow; it can only be as wide as the seeds' spread),
 so it is read as "distinguishable or not", not as a precise range. It also leans low: a
 baseline's peak is a maximum of its mean curve, and a resample that repeats seeds has a
@@ -39,6 +41,7 @@ CONFIDENCE = 0.95
 N_RESAMPLES = 9999  # scipy's default; about 0.2 s per interval on 3-10 seeds
 RNG_SEED = 0  # a fixed generator per interval: the same folder gives the same summary
 TOL = 1e-9  # equal accuracies averaged in another order may differ in the last bit
+MIN_SEEDS = 3  # seeds a side for a bootstrap interval (and so a verdict)
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,8 +123,29 @@ def resampled_speedup(base_time: float, time: float | None) -> float:
     return base_time / time
 
 
+def steps_at(steps: Seeds, time: float | None, runs: Any = slice(None)) -> float | None:
+    """The optimizer steps the runs ``runs`` had made at training time ``time`` (each run's
+    step at its last eval at or before it), averaged over them; None for None. ``steps`` holds
+    each run's step count as a step function of time, on the same grid as its accuracies, so
+    a time read off the mean accuracy curve has each run's step beside it."""
+    if time is None:
+        return None
+    at = int(np.searchsorted(steps.times, time))
+    return float(np.mean(steps.values[runs, at]))
+
+
 def _resampled_ratio(variant: Seeds, base: Seeds, iv: np.ndarray, ib: np.ndarray) -> float:
     return resampled_speedup(*to_peak(variant, base, iv, ib))
+
+
+def _resampled_steps(sides: tuple[Seeds, Seeds, Seeds, Seeds], iv: np.ndarray, ib: np.ndarray
+                     ) -> float:
+    """The steps ratio of a resample: the steps each side's runs had made when their mean
+    curves got to the (resampled) baseline's peak."""
+    variant, base, variant_steps, base_steps = sides
+    base_time, time = to_peak(variant, base, iv, ib)
+    return resampled_speedup(steps_at(base_steps, base_time, ib),
+                             steps_at(variant_steps, time, iv))
 
 
 def p_better(a: np.ndarray, b: np.ndarray) -> float:
@@ -141,8 +165,9 @@ def interval(statistic: Callable[[np.ndarray, np.ndarray], float], ka: int, kb: 
     Percentile, not BCa or basic: BCa's jackknife acceleration is undefined or wild for a
     step-function statistic on 3-10 seeds (scipy then warns and returns NaN), and the basic
     interval reflects around the estimate, which can put a speed-up below 0 or a
-    probability above 1. The percentile interval stays inside the statistic's range."""
-    if ka < 2 or kb < 2:
+    probability above 1. The percentile interval stays inside the statistic's range.
+    None under ``MIN_SEEDS`` runs on a side too: 2 runs have 3 distinct resamples."""
+    if ka < MIN_SEEDS or kb < MIN_SEEDS:
         return None
     from scipy.stats import bootstrap
 
@@ -173,22 +198,24 @@ def verdict(ci: list[float | None] | None) -> str | None:
 
 def versus(variant: Seeds, base: Seeds, variant_steps: Seeds, base_steps: Seeds
            ) -> dict[str, Any]:
-    """A variant against a baseline: times (``*_steps``: the same runs against optimizer
-    steps) to the baseline's peak, the speed-up and steps ratio with their intervals and
-    verdicts, and the probability of ending higher, with its interval."""
+    """A variant against a baseline: the time its mean curve takes to the baseline's peak,
+    the speed-up, the optimizer steps its runs had made by then (``*_steps``: each run's
+    step count as a step function of time, ``steps_at``) and the steps ratio, with their
+    intervals and verdicts, and the probability of ending higher, with its interval."""
     base_time, time = to_peak(variant, base)
-    base_step, step = to_peak(variant_steps, base_steps)
+    base_step, step = steps_at(base_steps, base_time), steps_at(variant_steps, time)
     out = {"time_to_peak": time, "speedup": speedup(base_time, time),
            "steps_to_peak": step, "steps_ratio": speedup(base_step, step),
            "p_better_at_end": p_better(variant.final, base.final),
            "seeds_variant": variant.k, "seeds_baseline": base.k}
-    for key, reached, v, b in (("speedup", time, variant, base),
-                               ("steps_ratio", step, variant_steps, base_steps)):
+    ratios = {"speedup": partial(_resampled_ratio, variant, base),
+              "steps_ratio": partial(_resampled_steps, (variant, base, variant_steps,
+                                                        base_steps))}
+    for key, statistic in ratios.items():
         # "never" is bounded (it counts as 0, and resamples may get there); "n/a", a zero
         # time in the full sample, has no estimate to bound
-        bounded = out[key] is not None or reached is None
-        out[f"{key}_ci95"] = interval(partial(_resampled_ratio, v, b), v.k, b.k) \
-            if bounded else None
+        bounded = out[key] is not None or time is None
+        out[f"{key}_ci95"] = interval(statistic, variant.k, base.k) if bounded else None
     out["p_better_at_end_ci95"] = interval(
         lambda iv, ib: p_better(variant.final[iv], base.final[ib]), variant.k, base.k)
     out["verdict"] = verdict(out["speedup_ci95"])

@@ -78,7 +78,9 @@ def plot_compare(curves: Mapping[str, CurveData], path: str | Path,
                  step_curves: Mapping[str, CurveData] | None = None) -> Path:
     """Write a PNG of each variant's mean test accuracy over seeds against training seconds,
     with a band of mean +- 1.96 SEM; a dotted line marks the ``baseline`` variant's peak.
-    With ``step_curves`` (the same against optimizer steps) a second panel shows those.
+    With ``step_curves`` (the same against optimizer steps) a second panel shows those; its
+    dotted line is the same peak, the one the summary reads off the curve over time (a mean
+    over steps pairs seeds at other moments and peaks elsewhere).
     Curves are plain data (``CurveData``), so any caller can draw them."""
     if baseline is not None and baseline not in curves:
         raise ValueError(f"baseline {baseline!r} has no curve; use one of "
@@ -88,9 +90,10 @@ def plot_compare(curves: Mapping[str, CurveData], path: str | Path,
         panels.append((step_curves, "optimizer steps"))
     fig = Figure(figsize=(7 * len(panels), 4.5), layout="constrained")
     FigureCanvasAgg(fig)
+    peak = None if baseline is None else (baseline, 100 * float(np.max(curves[baseline]["mean"])))
     for ax, (panel_curves, xlabel) in zip(np.atleast_1d(fig.subplots(1, len(panels))), panels,
                                           strict=True):
-        _compare_panel(ax, panel_curves, baseline if baseline in panel_curves else None, xlabel)
+        _compare_panel(ax, panel_curves, peak if baseline in panel_curves else None, xlabel)
     fig.suptitle(f"{Path(path).resolve().parent.name}: mean test accuracy over seeds (band: "
                  f"95% interval of the mean, ±1.96 SEM)", fontsize="medium")
     path = Path(path)
@@ -99,7 +102,7 @@ def plot_compare(curves: Mapping[str, CurveData], path: str | Path,
     return path
 
 
-def _compare_panel(ax, curves: Mapping[str, CurveData], baseline: str | None,
+def _compare_panel(ax, curves: Mapping[str, CurveData], peak: tuple[str, float] | None,
                    xlabel: str) -> None:
     colors = {}
     for name, c in curves.items():
@@ -113,10 +116,10 @@ def _compare_panel(ax, curves: Mapping[str, CurveData], baseline: str | None,
         ax.fill_between(times, low, high, step="post", alpha=0.2, color=line.get_color(),
                         linewidth=0)
         colors[name] = line.get_color()
-    if baseline is not None:
-        peak = 100 * float(np.max(curves[baseline]["mean"]))
-        ax.axhline(peak, linestyle=":", color=colors[baseline],
-                   label=f"{baseline} peak ({peak:.1f}%)")
+    if peak is not None:  # (baseline, its peak in percent over training time)
+        baseline, at = peak
+        ax.axhline(at, linestyle=":", color=colors[baseline],
+                   label=f"{baseline} peak over time ({at:.1f}%)")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("test accuracy (%)")
     ax.grid(alpha=0.3)

@@ -6,7 +6,11 @@ Protocol (the paper, arXiv 2504.13818, and its official code): a run's accuracy 
 function of training time (the last evaluation at or before t); a variant's curve is the
 mean over seeds with a band of 1.96 x SEM; the speed-up of a variant over a baseline is the
 time the baseline takes to reach its own peak mean accuracy divided by the time the variant
-takes to reach that same accuracy. A spec may name several baselines (the paper compares
+takes to reach that same accuracy. Each figure has one definition: a variant's peak and
+final accuracy are the highest and the last value of that mean curve (which runs to the
+first time a seed stopped, so every seed counts at every point); the optimizer steps to a
+target are each seed's steps at the time the mean curve reached it, averaged (so a time and
+its steps describe one moment). A spec may name several baselines (the paper compares
 PODS with GRPO at fewer rollouts and with GRPO-GA on all of them): each row then has a
 speed-up over each. Beyond the paper, each speed-up carries a 95% bootstrap interval over
 seeds and a verdict (pods.experiments.intervals), so a table says which differences the
@@ -28,12 +32,14 @@ from pods.experiments.intervals import (
     on_common_grid,
     paired_difference,
     step_functions,
+    steps_at,
     to_peak,
     versus,
 )
 from pods.experiments.plots import plot_compare, plot_seeds
 from pods.experiments.run_records import Runs, load_runs
 from pods.experiments.tables import each_run_table, machines_note, markdown_table
+from pods.runs.metrics import positions_share
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,9 +51,6 @@ class Curve:
     sem: np.ndarray  # [G] standard error of the mean over seeds (ddof=1); 0 with one seed
     seeds: int
     runs: list[Path]  # the run folders averaged
-    # [k] each run's last accuracy, wherever its last eval lies: a run whose final eval
-    # came a few seconds after another's ends past the common grid, not in ``mean[-1]``
-    final: np.ndarray
 
     def plain(self) -> dict[str, Any]:
         """What plots.plot_compare draws: lists and a seed count."""
@@ -68,9 +71,10 @@ def aggregate_curves(out_dir: str | Path, x: str = "time") -> dict[str, Curve]:
     return {name: _curve(runs, seeds_of(runs, x)) for name, runs in load_runs(out_dir).items()}
 
 
-def seeds_of(runs: Runs, x: str = "time") -> Seeds:
-    """A variant's runs as step functions of accuracy against record field ``x``."""
-    return step_functions([([r[x] for r in run.evals], [r["eval/accuracy"] for r in run.evals])
+def seeds_of(runs: Runs, x: str = "time", y: str = "eval/accuracy") -> Seeds:
+    """A variant's runs as step functions of their eval records' field ``y`` (accuracy, or
+    "step": the optimizer steps made) against field ``x``."""
+    return step_functions([([r[x] for r in run.evals], [r[y] for r in run.evals])
                            for run in runs])
 
 
@@ -82,7 +86,7 @@ def _curve(runs: Runs, seeds: Seeds) -> Curve:
     k = seeds.k
     sem = values.std(axis=0, ddof=1) / np.sqrt(k) if k > 1 else np.zeros(len(times))
     return Curve(times=times, mean=values.mean(axis=0), sem=sem, seeds=k,
-                 runs=[run.path for run in runs], final=seeds.final)
+                 runs=[run.path for run in runs])
 
 
 # the first baseline's figures, repeated at the top of each row under these names
@@ -115,7 +119,7 @@ def summarize(out_dir: str | Path) -> list[dict[str, Any]]:
     order = [n for n in spec.get("variants") or {} if n in found]
     runs = {n: found[n] for n in order + [n for n in found if n not in order]}
     by_time = {n: seeds_of(r, "time") for n, r in runs.items()}
-    by_step = {n: seeds_of(r, "step") for n, r in runs.items()}
+    by_step = {n: seeds_of(r, "time", "step") for n, r in runs.items()}  # steps made by t
     curves = {n: _curve(r, by_time[n]) for n, r in runs.items()}
     baselines = []
     for name in baseline_names(spec.get("baseline")):
@@ -139,7 +143,8 @@ def summarize(out_dir: str | Path) -> list[dict[str, Any]]:
     (out_dir / "summary.md").write_text(text)
     plot_compare({n: c.plain() for n, c in curves.items()}, out_dir / "curves.png",
                  baseline=baselines[0] if baselines else None,
-                 step_curves={n: _curve(runs[n], by_step[n]).plain() for n in runs})
+                 step_curves={n: _curve(runs[n], seeds_of(runs[n], "step")).plain()
+                              for n in runs})
     plot_seeds({n: [(run.path.name, [r["time"] for r in run.evals],
                      [r["eval/accuracy"] for r in run.evals]) for run in variant_runs]
                 for n, variant_runs in runs.items()},
@@ -150,9 +155,10 @@ def summarize(out_dir: str | Path) -> list[dict[str, Any]]:
 
 def _itself(by_time: Seeds, by_step: Seeds) -> dict[str, Any]:
     """The baseline against itself: 1x by definition, no interval and no verdict."""
-    return {"time_to_peak": to_peak(by_time, by_time)[1], "speedup": 1.0,
+    time = to_peak(by_time, by_time)[1]
+    return {"time_to_peak": time, "speedup": 1.0,
             "speedup_ci95": None, "verdict": None,
-            "steps_to_peak": to_peak(by_step, by_step)[1], "steps_ratio": 1.0,
+            "steps_to_peak": steps_at(by_step, time), "steps_ratio": 1.0,
             "steps_ratio_ci95": None, "steps_verdict": None,
             "p_better_at_end": None, "p_better_at_end_ci95": None,
             "seeds_variant": by_time.k, "seeds_baseline": by_time.k,
@@ -168,7 +174,8 @@ def baseline_names(value: Any) -> list[str]:
 
 
 def _row(name: str, curve: Curve, runs: Runs) -> dict[str, Any]:
-    peak = int(np.argmax(curve.mean))  # the first grid time at the peak
+    peak = int(np.argmax(curve.mean))  # the first grid time at the peak: peak and final
+    # come from the same curve, so the peak is never below the final
     steps = [run.steps for run in runs]
     per_step = [s for s in (run.sec_per_step() for run in runs) if s is not None]
     return {
@@ -182,10 +189,17 @@ def _row(name: str, curve: Curve, runs: Runs) -> dict[str, Any]:
         "var_kept": _mean_of(steps, "select/var_kept"),
         "completion_len": _mean_of(steps, "rollout/completion_len"),  # generated, tokens
         "kept_completion_len": _mean_of(steps, "select/completion_len"),  # trained on
+        "positions_share": _share(steps),  # the update's positions / padded's
         "peak_mem_mb": _max_of(steps, "mem/peak_rss_mb"),
         "peak_gpu_mb": _max_of(steps, "mem/peak_gpu_mb"),
-        "final_acc": float(curve.final.mean()),  # the runs' own last evals
+        "final_acc": float(curve.mean[-1]),
+        "time_of_final": float(curve.times[-1]),  # where the mean curve ends
     }
+
+
+def _share(steps: list[list[dict]]) -> float | None:
+    """The update's positions as a share of padded's, over the seeds' steps together."""
+    return positions_share([r for records in steps for r in records])
 
 
 def _values(steps: list[list[dict]], key: str) -> list[float]:

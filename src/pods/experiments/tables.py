@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from pods.experiments.intervals import MIN_SEEDS
 from pods.experiments.run_records import Run, Runs
 from pods.runtime.machine import on_gpu, speed_differences, speed_fields
 
@@ -21,18 +22,18 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     interval over seeds and verdict) and the end accuracy's paired difference from B;
     then "Details": the times to the peaks, the optimizer steps to B's peak and their
     ratio, the probability of ending above B, and the phase times and memory (all of it
-    also in summary.json)."""
+    also in summary.json). A line above the table says how peak, final and steps are read."""
     baselines = list(rows[0].get("vs") or {}) if rows else []
     at_start = {r["variant"]: r["time_to_peak"] == 0 for r in rows}
     head = ["variant", "seeds", "peak acc (%)", "final acc (%)"]
-    detail = ["variant", "time to peak (s)"]
+    detail = ["variant", "time to peak (s)", "final at (s)"]
     for base in baselines:
         head += [f"speed-up vs {base} [95% CI]",
-                 f"end acc - {base}, paired by seed (points) [95% CI]"]
+                 f"each seed's last acc - {base}'s, paired (points) [95% CI]"]
         detail += [f"time to {base} peak (s)", f"steps to {base} peak",
                    f"steps ratio vs {base} [95% CI]", f"P(end above {base}) [95% CI]"]
-    detail += ["s/step", "generate s/step", "update s/step", "completion len (tokens)",
-               "peak RSS (MB)", "peak GPU (MB)"]
+    detail += ["s/step", "generate s/step", "update s/step", "update positions / padded's",
+               "completion len (tokens)", "peak RSS (MB)", "peak GPU (MB)"]
     main, more = [_row(head)], [_row(detail)]
     main.append("|" + "---|" * len(head))
     more.append("|" + "---|" * len(detail))
@@ -40,23 +41,44 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
         cells = [r["variant"], str(r["seeds"]), num(100 * r["peak_acc"], ".1f"),
                  num(100 * r["final_acc"], ".1f")]
         extra = [r["variant"], num(r["time_to_peak"], ".1f") + (
-            " (last eval)" if r.get("peak_at_last_eval") else "")]
+            " (last eval)" if r.get("peak_at_last_eval") else ""),
+            num(r.get("time_of_final"), ".1f")]
         for base in baselines:
             v = r["vs"][base]
             why = f"{base}'s peak was its start" if at_start.get(base) else "reached at 0 s"
             cells += [ratio_cell(v, "time_to_peak", "speedup", "verdict", why),
                       paired_cell(v)]
             extra += [num(v["time_to_peak"], ".1f", "never"),
-                      num(v["steps_to_peak"], ".0f", "never"),
+                      num(v["steps_to_peak"], ".1f", "never"),
                       ratio_cell(v, "steps_to_peak", "steps_ratio", "steps_verdict",
                                  "reached at step 0"),
                       num(v["p_better_at_end"], ".2f") + ci_cell(v, "p_better_at_end_ci95")]
-        extra += [num(r["sec_per_step"], ".3f"), num(r["generate_sec"], ".3f"),
-                  num(r["update_sec"], ".3f"), num(r.get("completion_len"), ".1f"),
+        extra += [seconds(r["sec_per_step"]), seconds(r["generate_sec"]),
+                  seconds(r["update_sec"]), num(r.get("positions_share"), ".3f"),
+                  num(r.get("completion_len"), ".1f"),
                   num(r["peak_mem_mb"], ".0f"), num(r["peak_gpu_mb"], ".0f")]
         main.append(_row(cells))
         more.append(_row(extra))
-    return "\n".join(main) + "\n\n### Details\n\n" + "\n".join(more) + "\n"
+    return DEFINITIONS + "\n".join(main) + "\n\n### Details\n\n" + "\n".join(more) + "\n"
+
+
+DEFINITIONS = (
+    "Peak and final acc: the highest and the last value of the variant's mean curve over seeds "
+    "(each seed's last evaluation at or before t), which ends where the first seed stopped "
+    "(\"final at\" below); the speed-up's target is the baseline's peak on that curve. Steps to "
+    "a peak: each seed's optimizer steps when the mean curve reached it, averaged. The paired "
+    f"column compares each seed's own last evaluation. Intervals over seeds need {MIN_SEEDS} "
+    "a side.\n\n")
+
+
+def seconds(x: float | None) -> str:
+    """Seconds to 3 significant digits (0.0312, 2.76, 45.1), "-" for None: a step of 0.03 s
+    does not print as 0.0."""
+    if x is None:
+        return "-"
+    if x == 0:
+        return "0"
+    return format(x, f".{max(0, 2 - int(np.floor(np.log10(abs(x)))))}f")
 
 
 def _row(cells: list[str]) -> str:
@@ -78,13 +100,14 @@ def ratio_cell(v: dict[str, Any], reach: str, ratio: str, verdict: str,
 
 
 def ci_cell(v: dict[str, Any], key: str) -> str:
-    """" [lo, hi]" ("inf" for an unbounded end); " (1 seed: no CI)" when a side has one
-    seed; nothing for the baseline against itself."""
+    """" [lo, hi]" ("inf" for an unbounded end); " (2 seeds: no CI, 3 a side give one)"
+    when a side has fewer than ``MIN_SEEDS``; nothing for the baseline against itself."""
     ci = v[key]
     if ci is not None:
         return " [" + ", ".join("inf" if x is None else _bound(x) for x in ci) + "]"
-    if v["p_better_at_end"] is not None and min(v["seeds_variant"], v["seeds_baseline"]) < 2:
-        return " (1 seed: no CI)"
+    k = min(v["seeds_variant"], v["seeds_baseline"])
+    if v["p_better_at_end"] is not None and k < MIN_SEEDS:
+        return f" ({k} seed{'s' if k > 1 else ''}: no CI, {MIN_SEEDS} a side give one)"
     return ""
 
 
@@ -145,7 +168,7 @@ def step_cells(run: Run) -> list[str]:
         return ["-", "-", "-"]
     lengths = [r["rollout/completion_len"] for r in run.steps[-LAST:]
                if r.get("rollout/completion_len") is not None]
-    return [str(run.steps[-1]["step"]), f"{per_step:.1f}",
+    return [str(run.steps[-1]["step"]), seconds(per_step),
             f"{np.mean(lengths):.0f}" if lengths else "-"]
 
 

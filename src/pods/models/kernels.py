@@ -36,7 +36,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
-INSTALL = "pip install -e '.[gpu]'  (or: pip install liger-kernel)"
+INSTALL = "pip install -e '.[gpu]' in pods's clone (or: pip install liger-kernel)"
 
 
 def liger_installed() -> bool:

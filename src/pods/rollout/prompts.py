@@ -30,12 +30,17 @@ def render_prompts(tokenizer, task, problems: list[Problem]) -> tuple[list[str],
     return texts, False
 
 
+def encoded_prompts(tokenizer, task, problems: list[Problem]) -> list[list[int]]:
+    """The problems' rendered prompts as token ids."""
+    texts, special = render_prompts(tokenizer, task, problems)
+    return tokenizer(texts, add_special_tokens=special)["input_ids"]
+
+
 def drop_long_prompts(tokenizer, task, problems: list[Problem],
                       max_tokens: int) -> tuple[list[Problem], int]:
     """The problems whose rendered prompt fits in ``max_tokens`` tokens, and how many were
     dropped (the paper drops prompts over 512 tokens)."""
-    texts, special = render_prompts(tokenizer, task, problems)
-    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=special)["input_ids"]]
+    lengths = [len(ids) for ids in encoded_prompts(tokenizer, task, problems)]
     kept = [p for p, n in zip(problems, lengths, strict=True) if n <= max_tokens]
     return kept, len(problems) - len(kept)
 

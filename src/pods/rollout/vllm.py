@@ -32,8 +32,9 @@ from pods.models.merge import merged_state_dict
 from pods.rollout.base import EngineSpec, Rollouts, encode_prompts, finish
 from pods.rollout.sampling import rollout_keys
 
-INSTALL = ("the vllm engine needs vLLM: on a GPU machine `pip install -e '.[vllm]'`; on a "
-           "CPU, `make vllm-env` builds .venv-vllm/ with vLLM's CPU build (see the README).")
+INSTALL = ("the vllm engine needs vLLM: on a GPU machine `pip install -e '.[vllm]'` in pods's "
+           "clone (`pip install 'pods-rl[vllm]'` once pods-rl is on PyPI); on a CPU, "
+           "`make vllm-env` builds .venv-vllm/ with vLLM's CPU build (see the README).")
 CPU_KV_CACHE_GB = "2"  # vLLM's CPU KV cache when VLLM_CPU_KVCACHE_SPACE is not set
 SAMPLED_LOGPROBS = True  # generate returns Rollouts.logprobs when it samples (pods.rollout)
 

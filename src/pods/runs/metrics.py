@@ -70,9 +70,22 @@ def truncate_metrics(path: str | Path, records: int | None, last_step: int) -> i
 PHASES = ("generate", "reward", "select", "update", "sync")
 
 
+def positions_share(steps: list[dict]) -> float | None:
+    """The update's token positions over the run as a share of what padded rows would have
+    processed (1.0 under the padded layout, less under the packed ones: the number a layout
+    saves); None without those records (runs of an older pods)."""
+    both = [r for r in steps if r.get("update/padded_positions")
+            and r.get("update/positions") is not None]
+    if not both:
+        return None
+    return sum(r["update/positions"] for r in both) / sum(r["update/padded_positions"]
+                                                          for r in both)
+
+
 def run_summary(run_dir: str | Path) -> str:
     """What a finished run achieved, from its metrics.jsonl: test accuracy at the start,
-    best and end, steps, training seconds, each phase's share of the step time, files."""
+    best and end, steps, training seconds, each phase's share of the step time, the update's
+    positions as a share of padded's, files."""
     run_dir = Path(run_dir)
     records = read_metrics(run_dir / "metrics.jsonl")
     evals = [r for r in records if r.get("kind") == "eval" and "eval/accuracy" in r]
@@ -91,6 +104,10 @@ def run_summary(run_dir: str | Path) -> str:
         shares = ", ".join(f"{phase} {100 * t / total:.0f}%" for phase, t in spent.items())
         lines.append(f"{steps[-1]['step']} steps in {steps[-1]['time']:.1f} training seconds "
                      f"({total / len(steps):.3f} s per step: {shares})")
+        share = positions_share(steps)
+        if share is not None:
+            lines.append(f"the update processed {share:.3f} of the positions padded rows "
+                         f"would have (update/positions / update/padded_positions)")
         skipped = sum(r.get("optim/skipped", 0) for r in steps)
         if skipped:
             lines.append(f"{skipped} of the {len(steps)} steps had no reward variance in the "

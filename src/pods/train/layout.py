@@ -92,7 +92,8 @@ def choose(requested: str, model, rows_per_group: int = 2, attempt=None) -> tupl
     if why is not None:
         raise ValueError(f"--update-layout {requested} cannot compute this model's "
                          f"attention exactly ({why}); use --update-layout padded or auto.")
-    return requested, f"update layout: {requested} ({WHAT[requested]}" \
+    return requested, f"update layout: {requested} (--update-layout {requested}; " \
+                      f"{WHAT[requested]}" \
                       f"{_checked(requested, kernel)})"
 
 

@@ -27,19 +27,21 @@ def compute_bytes(model) -> int:
 
 
 def parts(model, batch: Rollouts, spec, dist: Dist,
-           optimizer=None) -> tuple[list[Part], dict]:
-    """The micro-batches of ``batch`` in ``spec.layout`` and, where they were chosen from
-    free device memory (neither --micro-batch-size nor --micro-batch-tokens, a CUDA GPU),
-    in every layout ``optim/micro_batch_tokens`` (the token positions a pass may hold;
-    padded: its rows times the batch's width) and ``optim/micro_batch_size`` (the rows of
-    the largest pass). Every rank runs as many parts as the busiest (``idle_part``; FSDP2
-    gathers the weights in every pass): padded parts of --micro-batch-tokens hold the rows
-    of the widest rank's width, the packed layouts' whole groups."""
+          optimizer=None) -> tuple[list[Part], dict]:
+    """The micro-batches of ``batch`` in ``spec.layout`` and what cut them, on every device
+    and in every layout: ``optim/micro_batch_tokens``, the token positions a pass may hold
+    (--micro-batch-tokens; padded rows of --micro-batch-size times the batch's width; the
+    one pass's positions where neither cuts), and ``optim/micro_batch_size``, the rows of
+    the largest pass; chosen from free device memory where neither flag is set on a CUDA
+    GPU (the same on every rank: the smallest rank's choice). Every rank runs as many parts
+    as the busiest (``idle_part``; FSDP2 gathers the weights in every pass): padded parts of
+    --micro-batch-tokens hold the rows of the widest rank's width, the packed layouts'
+    whole groups."""
     optim, layout = spec.optim, spec.layout
-    rows, tokens, chosen = optim.micro_batch_size, optim.micro_batch_tokens, {}
+    rows, tokens = optim.micro_batch_size, optim.micro_batch_tokens
+    B, width = batch.completion_ids.shape[0], \
+        batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
     if rows is None and tokens is None:
-        B, width = batch.completion_ids.shape[0], \
-            batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
         budget = token_budget(model, spec, dist, optimizer)  # positions a pass, or None
         if budget is not None:
             padded = layout == "padded"
@@ -47,16 +49,17 @@ def parts(model, batch: Rollouts, spec, dist: Dist,
             rows, tokens = (fit, None) if padded else (None, fit)
     if layout == "padded" and tokens is not None:
         rows = padded_rows(batch, tokens, dist)
-    parts = micro_batches(batch, layout, rows, tokens)
-    if optim.micro_batch_size is None and optim.micro_batch_tokens is None and \
-            (rows or tokens) is not None:  # the same keys, meaning the same, in every layout
-        chosen = {"optim/micro_batch_tokens": float(tokens or rows * width),
-                  "optim/micro_batch_size": float(max(len(p.take(batch.completion_ids))
-                                                      for p in parts))}
+    pieces = micro_batches(batch, layout, rows, tokens)
+    chosen = {}  # asked, chosen or one pass: the same keys in every layout, on every device
+    if pieces:
+        largest = max(len(p.take(batch.completion_ids)) for p in pieces)
+        cut = float(tokens) if tokens is not None else float(rows * width) if rows else \
+            float(max(p.tokens(batch) for p in pieces))
+        chosen = {"optim/micro_batch_tokens": cut, "optim/micro_batch_size": float(largest)}
     if dist.world > 1:
-        most = int(dist.reduce({"parts": len(parts)}, "max")["parts"])
-        parts += [idle_part(batch, layout) for _ in range(most - len(parts))]
-    return parts, chosen
+        most = int(dist.reduce({"parts": len(pieces)}, "max")["parts"])
+        pieces += [idle_part(batch, layout) for _ in range(most - len(pieces))]
+    return pieces, chosen
 
 
 def padded_rows(batch: Rollouts, tokens: int, dist: Dist) -> int:

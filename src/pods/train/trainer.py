@@ -50,7 +50,7 @@ from pods.train.progress import Clock, over_ranks, silent
 from pods.train.sampling import INPUT, Round, assemble, enough, varied
 from pods.train.schedule import budget_progress, lr_multiplier
 from pods.train.selection import Sampled, rank_batch, selection_spec
-from pods.train.start import check_world, start_notes
+from pods.train.start import check_world, data_notes, start_notes
 from pods.train.update import UpdateSpec, policy_update
 
 
@@ -96,9 +96,9 @@ class Trainer:
         limit = config.task.max_prompt_tokens
         self.train_set, test, self.dropped = fitting_splits(self.tokenizer, self.task, limit)
         self.test_set = eval_slice(test, config.eval.offset, config.eval.size)
-        if any(self.dropped.values()):
-            self.log(f"dropped prompts over {limit} tokens: {self.dropped['data/dropped_train']} "
-                     f"train, {self.dropped['data/dropped_test']} test")
+        for line in data_notes(config, self.dropped, self.device,
+                               (self.tokenizer, self.task, self.train_set)):
+            self.log(line)  # the prompts dropped, the update's micro-batch
         self.scorer = Scorer(self.task, config.task.reward_errors, warn=self.log,
                              truncated_reward=config.task.truncated_reward)
         self.prompt_rng = np.random.default_rng(config.run.seed)

@@ -217,6 +217,7 @@ def _update(model, ref_model, optimizer, kept: KeptBatch, spec: UpdateSpec,
     stats.update(chosen)
     stats.update(dist.reduce({"update/positions": float(passes * done),
                               "update/padded_positions": float(passes * padded)}, "sum"))
+    stats["update/micro_batches"] = float(len(parts))  # a rank's passes an iteration
     if skipped:  # only on the steps that skipped, so the usual records keep their fields
         stats["optim/nonfinite_grad"] = float(skipped)
     if engine is not None:
