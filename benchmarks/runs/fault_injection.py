@@ -11,7 +11,7 @@ model load, restore) and two at a random moment of training. After each kill the
 config: every resume started, the training time lost per kill is at most one checkpoint
 interval plus one step, metrics.jsonl stayed readable with no step or evaluation twice, and
 the final step count, per-step rewards and final weights are the same. Prints a table.
-tests/train/test_faults.py runs it with 20 kills.
+tests/train/test_faults.py runs it with 12 kills.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ FLAGS = ["--max-time", "none", "--prompts-per-step", "2", "--n", "4", "--m", "2"
          "--eval-size", "8", "--max-new-tokens", "4", "--progress", "false",
          "--eval-every", "1.0", "--lr", "1e-2", "--recipe", "embedded"]
 RESUMED = re.compile(r"resuming .* from (step_\d+) \(step (\d+),")
-# Its CI-sized run is a test of resumes, not a rehearsal: 20 kills in tests/train/test_faults.py
+# Its CI-sized run is a test of resumes, not a rehearsal: 12 kills in tests/train/test_faults.py
 REHEARSAL = "tests/train/test_faults.py"
 
 

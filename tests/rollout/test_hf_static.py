@@ -68,10 +68,10 @@ def test_auto_is_on_for_a_cuda_gpu_only(tiny_model_dir):
     config = from_dict({"engine": "hf", "hf_compile": "on", "max_prompt_tokens": 20,
                         "max_new_tokens": 6})
     engine = make_engine(EngineSpec(config.rollout, cpu, max_model_len=26), model, tokenizer)
-    assert engine.static.limit == 20 and engine.static.decode == "loop"  # the run's limit
-    config = from_dict({"engine": "hf", "hf_compile": "on", "hf_decode": "generate"})
+    assert engine.static.limit == 20 and engine.static.decode == "generate"  # the default
+    config = from_dict({"engine": "hf", "hf_compile": "on", "hf_decode": "loop"})
     assert make_engine(EngineSpec(config.rollout, cpu), model, tokenizer).static.decode == \
-        "generate"
+        "loop"
     config = from_dict({"engine": "hf"})
     assert make_engine(EngineSpec(config.rollout, cpu), model, tokenizer).static is None
 

@@ -44,7 +44,7 @@ def test_a_model_whose_packed_pass_raises_trains_padded_under_fsdp2(tmp_path):
     model = save_tiny("stablelm", tmp_path / "model")
     done = pods(train_args(model, tmp_path, "stablelm", parallelism="fsdp2",
                            micro_batch_tokens=20, **{**BATCH, "max_steps": 2}), procs=2)
-    assert "update layout: padded (the packed layouts do not compute this model's " \
+    assert "update layout: auto chose padded (the packed layouts do not compute this model's " \
            "attention; tried on made-up rows: the packed pass failed: RuntimeError" in done.stdout
     records = read_metrics(tmp_path / "stablelm" / "metrics.jsonl", "step")
     assert [r["step"] for r in records] == [1, 2]
