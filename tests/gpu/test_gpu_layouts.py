@@ -7,12 +7,12 @@ import copy
 import pytest
 import torch
 
+from layout_cases import assert_same_steps, kept_rows, llama
 from pods.config import LossConfig, OptimConfig
 from pods.rollout import Rollouts
 from pods.train.compute import Compute, with_compute
 from pods.train.selection import KeptBatch
 from pods.train.update import UpdateSpec, policy_update
-from train.test_update_layouts import assert_same_steps, kept_rows, llama
 
 pytestmark = pytest.mark.gpu
 

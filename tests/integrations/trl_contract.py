@@ -210,3 +210,6 @@ if __name__ == "__main__":
 
     if dist.is_initialized():  # leave the group before exit, as `pods` does (pods.cli)
         dist.destroy_process_group()
+    from pods.runtime.distributed import leave
+
+    leave(0)  # under torchrun, without vLLM: no interpreter teardown

@@ -10,6 +10,7 @@ import torch.distributed as dist
 from transformers import AutoModelForCausalLM
 
 from pods.models.weight_cast import WeightCast
+from pods.runtime.distributed import leave
 
 
 def grads(model_dir: str, rank: int, bucketed: bool) -> tuple[dict, int]:
@@ -46,6 +47,7 @@ def main() -> None:
         torch.testing.assert_close(got[name], grad, rtol=0, atol=0, msg=name)
     print(f"OK {early}")
     dist.destroy_process_group()
+    leave(0)  # as pods's CLI does: no interpreter teardown under torchrun
 
 
 if __name__ == "__main__":

@@ -9,11 +9,11 @@ from collections import Counter
 
 import pytest
 import torch
-from test_update_layouts import kept_rows
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM, LlamaConfig
 
 import pods.models.packed_flex as packed_flex
+from layout_cases import kept_rows
 from pods.config import LossConfig, OptimConfig
 from pods.models.logprobs import packed_logprobs
 from pods.models.packed_attention import packed_attention

@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
+from layout_cases import assert_same_steps, kept_rows, llama
 from pods.config import LossConfig, OptimConfig
 from pods.models.packed_attention import refusal
 from pods.rollout import Rollouts
@@ -15,30 +16,6 @@ from pods.train.compute import Compute, with_compute
 from pods.train.layout import choose, micro_batches, positions
 from pods.train.selection import KeptBatch
 from pods.train.update import UpdateSpec, policy_update
-
-
-def kept_rows(vocabulary=64, seed=0):
-    """P = 3 groups kept 3, 2 and 1 rows (batch-level selection keeps unequal numbers), a
-    rank's padding row at the end (completion mask 0), prompts and completions ragged."""
-    g = torch.Generator().manual_seed(seed)
-    plen = torch.tensor([4, 4, 4, 7, 7, 2, 4])
-    clen = torch.tensor([3, 9, 1, 6, 2, 9, 0])
-    Lp, Lc = 7, 9
-    prompts = torch.randint(3, vocabulary, (3, Lp), generator=g)[[0, 0, 0, 1, 1, 2, 0]]
-    prompt_mask = (torch.arange(Lp) >= Lp - plen[:, None]).long()
-    completion_mask = (torch.arange(Lc) < clen[:, None]).long()
-    completions = torch.randint(3, vocabulary, (7, Lc), generator=g) * completion_mask
-    logprobs = -torch.rand(7, Lc, generator=g) * completion_mask  # the engine's
-    return Rollouts(prompts * prompt_mask, prompt_mask, completions, completion_mask,
-                    [""] * 7, logprobs=logprobs)
-
-
-def llama():
-    torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(LlamaConfig(
-        vocab_size=64, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-        num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64,
-        tie_word_embeddings=True)).train()
 
 
 def test_groups_are_packed_whole_under_the_token_budget():
@@ -69,6 +46,15 @@ def test_each_layout_counts_its_positions():
     assert padded == full == 7 * 16
     assert packed == (4 + 3) + (4 + 9) + (4 + 1) + (7 + 6) + (7 + 2) + (2 + 9)  # 58
     assert shared == 4 + 7 + 2 + 3 + 9 + 1 + 6 + 2 + 9  # 43
+
+
+def test_each_part_counts_its_rows():
+    batch = kept_rows()  # 7 rows
+    assert [p.count(batch) for p in micro_batches(batch, "padded", 3, None)] == [3, 3, 1]
+    assert [p.count(batch) for p in micro_batches(batch, "packed", 4, None)] == [4, 3]
+    for layout in ("padded", "packed", "shared_prompt"):
+        for part in micro_batches(batch, layout, None, 40):
+            assert part.count(batch) == len(part.take(batch.completion_ids))
 
 
 def update(layout, model, ref=None, lora=False, **fields):
@@ -125,17 +111,6 @@ def test_lora_with_its_base_as_the_kl_reference_equals_padded():
     _, want = update("padded", model, beta=0.1)
     _, got = update("shared_prompt", model, beta=0.1)
     assert_same_steps(model, want, got)
-
-
-def assert_same_steps(model, want, got, tolerance=1e-4):
-    """The steps from ``model``'s weights to ``want`` and to ``got`` agree within
-    ``tolerance`` of the largest step of each tensor (and the weights' float32 rounding)."""
-    start = {k: p.detach() for k, p in model.named_parameters()}
-    assert want.keys() == got.keys()
-    for name, weight in want.items():
-        step = weight - start[name]
-        scale = step.abs().max().clamp(min=1e-12)
-        assert (got[name] - weight).abs().max() <= tolerance * scale + 1e-8, name
 
 
 def test_the_bf16_working_copy_is_within_bf16_rounding():

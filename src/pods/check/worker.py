@@ -46,4 +46,8 @@ def main(config_json: str, result_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:3]))
+    from pods.runtime.distributed import leave
+
+    code = main(*sys.argv[1:3])
+    leave(code)  # under torchrun: no interpreter teardown (pods.runtime.distributed.leave)
+    sys.exit(code)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from pods.config.names import suggestion
 from pods.models.fetch import FETCHABLE
 from pods.rollout import engine_names
 from pods.runs.checkpoints import CheckpointWriteError
-from pods.runtime.distributed import RankFailure, close_process_group
+from pods.runtime.distributed import RankFailure, close_process_group, leave
 
 # `pods eval` takes the task's fields (a custom task's data file and reward, ...) and the
 # model source's, as `pods train` does; the task names and the budget are its own flags.
@@ -80,26 +79,11 @@ def _number(text: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """`pods ARGS` (``argv``; None: the process's own arguments, as its entry point). As the
     entry point of a rank under torchrun, the process ends here once its group is left
-    (``leave``)."""
+    (pods.runtime.distributed.leave)."""
     code = _main(argv)
     if argv is None:
         leave(code)
     return code
-
-
-def leave(code: int) -> None:
-    """Under torchrun (more than one process), end the process with ``code`` once its output
-    is flushed, without the interpreter's teardown: a C++ thread still joinable then (the
-    process group's, its store's) aborts the rank with "terminate called without an active
-    exception" (SIGABRT) after its work is done and written, and torchrun reports the run
-    failed. Everything pods writes (checkpoints, metrics, trackers) is closed before. Not
-    with vLLM in the process, whose own exit handlers stop its engine."""
-    from pods.runtime.distributed import launched_world_size
-
-    if launched_world_size() > 1 and "vllm" not in sys.modules:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
 
 
 def _main(argv: list[str] | None) -> int:

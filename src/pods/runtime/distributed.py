@@ -196,9 +196,8 @@ class Dist:
 
 
 def close_process_group() -> None:
-    """Under torchrun, leave the process group before the interpreter exits: otherwise its
-    threads are torn down at exit and a rank may abort ("terminate called without an
-    active exception", SIGABRT) after its work is done. A one-process group is vLLM's own
+    """Under torchrun, leave the process group before the process ends (then ``leave``).
+    A one-process group is vLLM's own
     (the vllm engine in process): vLLM closes it at exit, and closing it first here makes
     that fail with a traceback ("Invalid process group specified")."""
     if "torch.distributed" not in sys.modules:
@@ -207,3 +206,20 @@ def close_process_group() -> None:
 
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.destroy_process_group()
+
+
+def leave(code: int) -> None:
+    """Under torchrun (more than one process), end the process with ``code`` once its output
+    is flushed, without the interpreter's teardown. gloo's worker threads release a
+    collective's tensors after its ``wait()`` has returned; releasing a tensor Python knows
+    takes the GIL, and a thread that takes it while the interpreter finalizes is ended by
+    Python (``pthread_exit``), whose unwinding through gloo's loop aborts the rank with
+    "terminate called without an active exception" (SIGABRT) after its work is done and
+    written, and torchrun reports the run failed (a backtrace shows
+    ``ProcessGroupGloo::runLoop`` -> ``decref_pyobject`` -> ``PyEval_RestoreThread``).
+    Everything pods writes (checkpoints, metrics, trackers) is closed before. Not with
+    vLLM in the process, whose own exit handlers stop its engine."""
+    if launched_world_size() > 1 and "vllm" not in sys.modules:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

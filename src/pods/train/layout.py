@@ -120,8 +120,13 @@ class Part:
         """Positions one pass of this part of ``batch`` processes."""
         if self.packing is not None:
             return self.packing.tokens
-        return batch.completion_ids[self.rows].shape[0] * self.width  # a last slice may
-        # reach past the batch's end
+        return self.count(batch) * self.width
+
+    def count(self, batch: Rollouts) -> int:
+        """Rows of ``batch`` this part holds (a last slice may reach past its end)."""
+        if isinstance(self.rows, slice):
+            return len(range(batch.completion_ids.shape[0])[self.rows])
+        return self.rows.numel()
 
     def take(self, tensor: Tensor) -> Tensor:
         """``tensor``'s rows of this part (0 where the part is not live)."""

@@ -52,7 +52,7 @@ def parts(model, batch: Rollouts, spec, dist: Dist,
     pieces = micro_batches(batch, layout, rows, tokens)
     chosen = {}  # asked, chosen or one pass: the same keys in every layout, on every device
     if pieces:
-        largest = max(len(p.take(batch.completion_ids)) for p in pieces)
+        largest = max(p.count(batch) for p in pieces)
         cut = float(tokens) if tokens is not None else float(rows * width) if rows else \
             float(max(p.tokens(batch) for p in pieces))
         chosen = {"optim/micro_batch_tokens": cut, "optim/micro_batch_size": float(largest)}
