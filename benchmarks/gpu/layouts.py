@@ -9,7 +9,7 @@ positions the passes processed and what padded would have, and the micro-batch c
 free memory at step 1 and at a later step (the same where the optimizer's state is not
 counted twice).
 Each row runs in a fresh process (``--row shape,layout,kernel``), so that no row inherits
-another's memory or compiled kernels, and is stopped where the section's share runs out.
+another's memory or compiled kernels, stopped at an even part of the share that is left.
 The packed layouts' attention kernel is pinned per row (PODS_PACKED_KERNEL,
 pods.models.packed_flex): on CUDA FlexAttention (what they run there) and, for
 shared_prompt, the SDPA path beside it; on a CPU the SDPA path alone (FlexAttention has
@@ -18,6 +18,7 @@ no backward there)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -98,21 +99,27 @@ def one_row(args, dev) -> None:
 
 
 def each_row(args, dev, folder: str) -> None:
-    """Every row in a fresh process of its own, within the section's share."""
-    for shape, layout, kernel in rows_of(dev):
+    """Every row in a fresh process of its own, capped at an even part of what is left of
+    the section's share (a row that runs long, a compile that never ends, costs its own
+    cap: the rows after it are still reached)."""
+    todo = rows_of(dev)
+    for k, (shape, layout, kernel) in enumerate(todo):
         head = {"model": MODEL, "shape": shape, "layout": layout, "kernel": kernel}
-        if left(args) < 5:
+        cap = (left(args) - 2) / (len(todo) - k)
+        if cap < 3:
             emit(args, {**head, "error": "no time left in the section's share"})
             continue
         before = len(read_rows(Path(args.out) / f"{args.section}.jsonl"))
         command = [sys.executable, __file__, "--out", args.out, "--seconds",
-                   str(left(args)), "--section", args.section, "--folder", folder, "--row",
+                   str(cap), "--section", args.section, "--folder", folder, "--row",
                    f"{shape},{layout},{kernel}"] + (["--quick"] if args.quick else [])
+        proc = subprocess.Popen(command, start_new_session=True)  # its compile workers too
         try:
-            code = subprocess.run(command, timeout=max(1.0, left(args) - 1)).returncode
-            why = f"its process exited {code} (see the section's log)"
+            why = f"its process exited {proc.wait(timeout=cap)} (see the section's log)"
         except subprocess.TimeoutExpired:
-            why = "stopped: the section's share ran out"
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            why = f"stopped at its cap ({cap:.0f} s, an even part of the share left)"
         if len(read_rows(Path(args.out) / f"{args.section}.jsonl")) == before:
             emit(args, {**head, "error": why})
         release(dev)

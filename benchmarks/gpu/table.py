@@ -82,13 +82,13 @@ def _tests(r: dict) -> str:
 def _recipes(rows: list[dict]) -> list[str]:
     if not rows:
         return []
-    lines = ["", "| recipe | seed | training s | start | at 30 s | at 60 s | at 120 s | s to "
-             "60% | best | steps | s a step | note |", "|---" * 12 + "|"]
+    lines = ["", "| recipe | seed | training s | start | evaluations (training s: accuracy) | "
+             "s to 60% | best | steps | s a step | note |", "|---" * 10 + "|"]
     pct = "{:.1%}"
     for r in rows:
+        evals = ", ".join(f"{t:.0f}: {a:.1%}" for t, a in r.get("evals", [])) or "-"
         lines.append(f"| {r['recipe']} | {r['seed']} | {_n(r, 'train_s', '{:.0f}')} | "
-                     f"{_n(r, 'start', pct)} | {_n(r, 'acc_30', pct)} | {_n(r, 'acc_60', pct)} | "
-                     f"{_n(r, 'acc_120', pct)} | {_n(r, 'to_target_s', '{:.0f}')} | "
+                     f"{_n(r, 'start', pct)} | {evals} | {_n(r, 'to_target_s', '{:.0f}')} | "
                      f"{_n(r, 'best', pct)} | {_n(r, 'steps')} | {_n(r, 's_step', '{:.2f}')} "
                      f"| {r.get('error', '')} |")
     return lines

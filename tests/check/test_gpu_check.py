@@ -11,6 +11,7 @@ import tarfile
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,13 +138,14 @@ def test_the_static_decode_path_runs_from_its_keys(tmp_path, monkeypatch):
     assert row["steps"] == 8 and row["ms_step"] > 0 and row["first_s"] > 0
 
 
-def test_the_recipe_summary_reads_the_evaluations_placed_at_30_60_and_120_s():
-    evals = [(0.0, 0.10), (30.4, 0.40), (61.0, 0.55), (90.2, 0.61), (121.5, 0.66)]
+def test_the_recipe_summary_reads_every_evaluation_and_the_seconds_to_the_target():
+    evals = [(0.0, 0.10), (20.4, 0.40), (41.0, 0.55), (60.2, 0.61), (81.5, 0.66)]
     records = [{"kind": "eval", "time": t, "eval/accuracy": a} for t, a in evals]
     records += [{"kind": "step", "time": 2.0 * (i + 1)} for i in range(60)]
     got = recipe.summary(records)
-    assert (got["acc_30"], got["acc_60"], got["acc_120"]) == (0.40, 0.55, 0.66)
-    assert got["to_target_s"] == 90.2
+    assert got["evals"] == [(0.0, 0.10), (20.4, 0.40), (41.0, 0.55), (60.2, 0.61),
+                            (81.5, 0.66)]
+    assert got["to_target_s"] == 60.2
     assert (got["start"], got["best"], got["steps"], got["s_step"]) == (0.10, 0.66, 60, 2.0)
 
 
@@ -151,9 +153,19 @@ def test_the_budget_table_gives_every_section_a_share_and_budget_changes_one():
     args = type("Args", (), dict(sections="", part=2, quick=False, budget="trl=90",
                                  recipes="smollm2_gpu_fast,smollm2_gpu"))()
     shares = check.plan(args)
-    assert list(shares) == ["matmul", "liger", "recipe", "trl"] and shares["trl"] == 90
-    assert shares["recipe"] == 120 + 40 + 30 + 25  # training seconds, and the rest
+    assert list(shares) == ["decode", "liger", "recipe", "trl"] and shares["trl"] == 90
+    assert shares["recipe"] == 60 + 40 + 30 + 20  # training seconds, and the rest
     assert all(v > 0 for part in check.PARTS.values() for v in part.values())
+    # two parts of at most 4 and 5 minutes
+    assert sum(check.PARTS[1].values()) <= 240 and sum(check.PARTS[2].values()) <= 300
+
+
+def test_part_2_takes_the_matmul_rate_from_part_1(tmp_path):
+    earlier = tmp_path / "gpu.json"
+    earlier.write_text(json.dumps({"sections": {"matmul": {"rows": [{"tflops": 790.0}]}}}))
+    assert check.earlier_tflops(str(earlier)) == 790.0
+    earlier.write_text(json.dumps({"sections": {}}))
+    assert check.earlier_tflops(str(earlier)) is None and check.earlier_tflops(None) is None
 
 
 def test_the_check_measures_the_architectures_in_the_gpu_default_precision(monkeypatch):
@@ -191,11 +203,35 @@ def test_a_cell_that_raises_is_noted_and_the_next_one_runs(tmp_path, monkeypatch
 
     monkeypatch.setattr(decode, "cell", cell)
     monkeypatch.setattr(sys, "argv", ["decode.py", "--out", str(tmp_path), "--seconds", "60",
-                                      "--section", "decode", "--quick"])
+                                      "--section", "decode", "--quick",
+                                      "--paths", "loop,dynamic,static generate"])
     decode.main()
     rows = gpucommon.read_rows(tmp_path / "decode.jsonl")
     assert [(r["path"], r.get("error")) for r in rows] == [
         ("loop", None), ("dynamic", "ValueError: boom"), ("static generate", None)]
+
+
+@pytest.mark.parametrize("script,first", [
+    ("import time; time.sleep(60)", "stopped at the path's cap (1 s), still in this cell"),
+    ("import sys; sys.exit(3)", "its process ended (exit 3) in this cell")])
+def test_a_path_that_hangs_or_dies_costs_its_own_cap_and_says_so(tmp_path, monkeypatch,
+                                                                  script, first):
+    """Each decoding path runs in a process of its own, capped at an even part of what is
+    left of the share: a compile that never ends leaves the next paths their time."""
+    import argparse
+
+    (tmp_path / "path.py").write_text(script)
+    monkeypatch.setattr(decode, "__file__", str(tmp_path / "path.py"))
+    args = argparse.Namespace(out=str(tmp_path), section="decode", quick=False,
+                              order=["loop", "dynamic"],
+                              deadline=time.monotonic() + decode.SLACK + 2)
+    start = time.monotonic()
+    decode.run_path("loop", args)  # (2 s left) / 2 paths
+    assert time.monotonic() - start < 10
+    rows = gpucommon.read_rows(tmp_path / "decode.jsonl")
+    assert [(r["rows"], r["error"]) for r in rows] == [
+        (256, first), (1024, "not reached: the path's cap was spent"),
+        (64, "not reached: the path's cap was spent")]
 
 
 def test_smollm2_is_taken_from_its_installed_wheel_into_the_cache(tmp_path, monkeypatch):
@@ -244,3 +280,22 @@ def test_the_layouts_rows_pin_the_kernel_each_device_runs():
     assert ("math", "shared_prompt", "sdpa") in cuda
     assert ("gsm8k", "packed", "flex") in cuda and ("gsm8k", "padded", "-") in cuda
     assert {k for _, _, k in layouts.rows_of(torch.device("cpu"))} == {"-", "sdpa"}
+
+
+def test_a_command_past_the_share_is_interrupted_first_so_pytest_writes_its_junit(tmp_path):
+    """The tests section ends make test-gpu as Ctrl-C would: pytest then writes its JUnit
+    file with the tests run so far; a command that ignores the interrupt is killed."""
+    import argparse
+
+    script = ("import signal, sys, time\n"
+              "def stop(*_):\n"
+              "    open(sys.argv[1], 'w').write('written on interrupt'); sys.exit(2)\n"
+              "signal.signal(signal.SIGINT, stop if sys.argv[2] == 'handle' else signal.SIG_IGN)\n"
+              "time.sleep(60)\n")
+    for mode in ("handle", "ignore"):
+        args = argparse.Namespace(seconds=8.0, deadline=time.monotonic() + 8.0)
+        note = tmp_path / f"{mode}.txt"
+        code, wall = device_runs.until_share([sys.executable, "-c", script, str(note), mode],
+                                             tmp_path / "log", args)
+        assert code is None and wall < 12
+        assert note.exists() == (mode == "handle")
