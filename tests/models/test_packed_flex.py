@@ -177,3 +177,39 @@ def test_where_flex_attention_does_not_compile_the_sdpa_path_takes_over(monkeypa
     torch.testing.assert_close(got * data[3], want * data[3])
     monkeypatch.delenv(packed_flex.ENV)
     assert packed_flex.kernel_for(torch.device("cuda")) == "sdpa"  # from now on
+
+
+def test_the_compiled_kernel_is_not_compiled_again_for_each_micro_batch(monkeypatch):
+    """Each micro-batch brings its own stream length (a multiple of BLOCK), labels and
+    ``mask_mod`` closure: dynamo compiles FlexAttention for the first length, once more
+    with the length symbolic, and then never again (on CUDA a compile takes seconds a
+    shape; past dynamo's recompile limit the attention would run unfused). The graphs the
+    compiler receives are counted here with a backend that runs them as they are."""
+    graphs = []
+
+    def backend(graph, inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(packed_flex, "COMPILED_ON", ("cpu",))
+    monkeypatch.setattr(packed_flex, "_compiled", {"flex": torch.compile(
+        packed_flex.flex_attention_fn(), backend=backend)})
+    monkeypatch.setattr(packed_flex, "_failed", [])
+    lengths = set()
+    for k, (prompt, completion) in enumerate([(20, 100), (30, 300), (40, 600), (25, 900),
+                                              (50, 1200), (10, 1500)]):
+        g = torch.Generator().manual_seed(k)
+        clen = torch.randint(1, completion + 1, (4, 1), generator=g)
+        mask = (torch.arange(completion) < clen).long()
+        packing = pack(torch.randint(3, 60, (1, prompt), generator=g).repeat(4, 1),
+                       torch.ones(4, prompt, dtype=torch.long),
+                       torch.randint(3, 60, (4, completion), generator=g) * mask, mask,
+                       share=True)
+        T = packing.tokens
+        query, key = torch.randn(1, 4, T, 8), torch.randn(2, 1, 2, T, 8)
+        out = packed_flex.flex_packed(query, key[0], key[1], packing, None)
+        assert out.shape == (1, T, 4, 8)
+        lengths.add(-(-T // packed_flex.BLOCK))
+    assert len(lengths) >= 4 and len(graphs) <= 2, (sorted(lengths), len(graphs))
+    torch._dynamo.reset()

@@ -151,12 +151,19 @@ def flex_packed(query: Tensor, key: Tensor, value: Tensor, packing,
     return out[:, :, :T].transpose(1, 2)  # [1, T, Hq, d]
 
 
-def _flex(device: torch.device):
-    """FlexAttention compiled once (CUDA), or as it comes (a CPU: forward only)."""
+def flex_attention_fn():
+    """torch's ``flex_attention``, uncompiled."""
     from torch.nn.attention.flex_attention import flex_attention
 
+    return flex_attention
+
+
+def _flex(device: torch.device):
+    """FlexAttention compiled once (CUDA: dynamo makes the stream's length symbolic at the
+    second length it sees, so micro-batches of other lengths take the same kernel), or as
+    it comes (a CPU: forward only)."""
     if device.type not in COMPILED_ON:
-        return flex_attention
+        return flex_attention_fn()
     if "flex" not in _compiled:
-        _compiled["flex"] = torch.compile(flex_attention)
+        _compiled["flex"] = torch.compile(flex_attention_fn())
     return _compiled["flex"]
