@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import time
 from collections import defaultdict
@@ -133,3 +134,11 @@ def tiny_qwen2(folder: Path | str, vocab: int = 512, hidden: int = 64, layers: i
                          tie_word_embeddings=True)
     Qwen2ForCausalLM(config).save_pretrained(folder)
     return str(folder)
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """(busy CPU seconds of the whole machine, CPU seconds of this process's children)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    busy = sum(fields) - fields[3] - fields[4]  # all but idle and iowait, in clock ticks
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return busy / os.sysconf("SC_CLK_TCK"), children.ru_utime + children.ru_stime

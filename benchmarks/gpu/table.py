@@ -105,7 +105,7 @@ def _anchor(rows: list[dict]) -> list[str]:
         whole = "-" if whole is None else f"{whole:.2f}"
         lines.append(f"| {r['method']} | {whole} | {_n(r, 's_step', '{:.2f}')} | "
                      f"{_n(r, 'generate', '{:.2f}')} | {_n(r, 'update', '{:.2f}')} | "
-                     f"{r.get('error', '')} |")
+                     f"{r.get('error', r.get('note', ''))} |")
     pods, trl = by.get("pods", {}), next((r for r in rows if r["method"] != "pods"), {})
     if "s_step" in pods and "s_generation" in trl:
         lines += ["", f"pods step / TRL generation batch: "

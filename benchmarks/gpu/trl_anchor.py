@@ -53,10 +53,14 @@ def trl_row(args) -> dict:
     except RuntimeError as error:
         return {"method": METHOD, "error": str(error)[-800:]}
     records = t["records"]
+    whole = len(records) >= per  # a whole generation batch: its n/m optimizer steps
     return {"method": METHOD, "prompts": prompts, "n": n, "m": m, "steps": len(records),
-            "s_generation": sum(r["step"] for r in records), "s_step": t["step"],
-            "generate": sum(r["generate"] for r in records),
-            "update": sum(r["update"] for r in records)}
+            "s_generation": sum(r["step"] for r in records[:per]) if whole else None,
+            "s_step": t["step"],
+            "generate": sum(r["generate"] for r in records[:per]),
+            "update": sum(r["update"] for r in records[:per]),
+            **({"note": f"{t['stopped']}: the {len(records)} timed steps it finished"}
+               if "stopped" in t else {})}
 
 
 def main() -> None:

@@ -25,13 +25,11 @@ batch in 4 optimizer steps of 64 rows (``generation_batch_size`` = P x n), pods 
 it keeps.
 
 Common to both: the task's reward, no KL, gradient-norm clipping at 1.0, per-sequence loss
-normalisation and one optimizer step per generation batch. Each runs in its own process
-with the same torch thread count; a step is timed from before generation to after the
-optimizer step (``Trainer.step()`` for pods, a TrainerCallback's on_step_begin/on_step_end
-for TRL), and the table reports the median over the steps after the warm-up. The phase
-columns split that time: generate (the ``generate`` call), reward, select/score
-(everything between generation and the update: selection, advantages, padding, TRL's
-bookkeeping) and update (forward, backward, optimizer step).
+normalisation. Each runs in its own process with the same torch thread count; a step is
+timed from before generation to after the optimizer step (pods's ``Trainer.step()``, TRL's
+on_step_begin/on_step_end), printed as it ends; the table reports the median over the
+steps after the warm-up, split into generate (the ``generate`` call), reward, select/score
+(selection, advantages, padding, TRL's bookkeeping) and update (fwd, bwd, optimizer step).
 
     python benchmarks/integrations/trl_vs_native.py          # about 1.5 minutes on 2 cores
     python benchmarks/integrations/trl_vs_native.py --steps 20 --warmup 3 --prompts 16
@@ -44,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -103,6 +100,7 @@ def native(model: str, P: int, n: int, m: int, steps: int, beta: float = 0.0) ->
         record = {"step": time.perf_counter() - start, "updated": "time/update" in out}
         record.update({phase: out.get(f"time/{phase}", 0.0) for phase in PHASES})
         records.append(record)
+        print("STEP " + json.dumps(record), flush=True)
     return records
 
 
@@ -166,7 +164,12 @@ def trl(model: str, P: int, n: int, m: int, steps: int, pods: bool, beta: float 
             self.start = time.perf_counter()
 
         def on_step_end(self, *args, **kwargs):
-            records[-1]["step"] = time.perf_counter() - self.start
+            r = records[-1]
+            r["step"] = time.perf_counter() - self.start
+            # score includes generate and reward; the rest of the step is the update
+            r["select"] = r["score"] - r["generate"] - r["reward"]
+            r["update"] = r["step"] - r["score"]
+            print("STEP " + json.dumps(r), flush=True)
 
     trainer = Trainer(model=model_dir, reward_funcs=reward, args=args,
                       train_dataset=Dataset.from_dict({"prompt": texts}),
@@ -176,9 +179,6 @@ def trl(model: str, P: int, n: int, m: int, steps: int, pods: bool, beta: float 
                           ("_generate_and_score_completions", "score")]:
         setattr(trainer, method, _timed(getattr(trainer, method), records, phase))
     trainer.train()
-    for r in records:  # score includes generate and reward; the rest of the step is update
-        r["select"] = r["score"] - r["generate"] - r["reward"]
-        r["update"] = r["step"] - r["score"]
     return records
 
 
@@ -194,50 +194,46 @@ def _timed(method, records: list[dict], phase: str):
 
 def worker(model: str, name: str, prompts: int, steps: int, beta: float) -> None:
     kind, n, m = SETUPS[model]["methods"][name]
-    records = native(model, prompts, n, m, steps, beta) if kind == "native" else \
+    if kind == "native":  # each step printed as it ends (STEP lines)
+        native(model, prompts, n, m, steps, beta)
+    else:
         trl(model, prompts, n, m, steps, pods=kind == "trl-pods", beta=beta)
-    print("RESULT " + json.dumps(records))
 
 
 def run(name: str, cli, timeout: float | None = None) -> dict:
-    """One method in a fresh process: its medians over the timed steps, or a RuntimeError
-    saying why not (its stderr's end, or the ``timeout`` it ran past)."""
+    """One method in a fresh process: medians over its timed steps (those it finished, with
+    ``stopped``, if ``timeout`` cut it short), or a RuntimeError saying why not."""
     env = {**os.environ, "OMP_NUM_THREADS": str(cli.threads), "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
     command = [sys.executable, __file__, "--worker", name, "--model", cli.model,
                "--prompts", str(cli.prompts), "--steps", str(cli.warmup + cli.steps),
                "--threads", str(cli.threads), "--beta", str(cli.beta),
                "--max-new-tokens", str(SETUPS[cli.model]["max_new_tokens"])]
+    stopped = None
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True,
                               timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"{name} stopped after {timeout:.0f} s") from None
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode or not lines:
-        raise RuntimeError(f"{name} failed:\n{done.stderr[-3000:]}")
-    timed = json.loads(lines[-1][len("RESULT "):])[cli.warmup :]
+        if done.returncode:
+            raise RuntimeError(f"{name} failed:\n{done.stderr[-3000:]}")
+        out = done.stdout
+    except subprocess.TimeoutExpired as expired:  # the output so far (bytes on POSIX)
+        out, stopped = expired.stdout, f"{name} stopped after {timeout:.0f} s"
+    timed = steps_of(out)[cli.warmup:]
+    if not timed:
+        raise RuntimeError(stopped or f"{name} printed no step")
     # pods runs no update on a step without reward variance (TRL does): such steps are
     # left out of the medians, and counted
     updated = [r for r in timed if r.get("updated", True)]
     medians = {key: statistics.median(r[key] for r in updated or timed)
                for key in ("step", *PHASES)}
-    return {**medians, "skipped": len(timed) - len(updated), "records": timed}
+    return {**medians, "skipped": len(timed) - len(updated), "records": timed,
+            **({"stopped": stopped} if stopped else {})}
 
 
-def versions() -> str:
-    import transformers
-    import trl as trl_module
-
-    return f"transformers {transformers.__version__}, trl {trl_module.__version__}"
-
-
-def cpu_seconds() -> tuple[float, float]:
-    """(busy CPU seconds of the whole machine, CPU seconds of this process's children)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-    busy = sum(fields) - fields[3] - fields[4]  # all but idle and iowait, in clock ticks
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return busy / os.sysconf("SC_CLK_TCK"), children.ru_utime + children.ru_stime
+def steps_of(output: str | bytes | None) -> list[dict]:
+    """The step records a worker printed (``STEP {...}`` lines), in order."""
+    text = output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("STEP ")]
 
 
 def main() -> None:
@@ -267,8 +263,12 @@ def main() -> None:
     if cli.worker:
         worker(cli.model, cli.worker, cli.prompts, cli.steps, cli.beta)
         return
+    import transformers
+    import trl as trl_module
+
     P = cli.prompts
-    print(f"machine: {suite.machine()}, {versions()}")
+    print(f"machine: {suite.machine()}, transformers {transformers.__version__}, trl "
+          f"{trl_module.__version__}")
     print(f"model {cli.model}, task {setup['task']}, P={P}, {setup['max_new_tokens']} new "
           f"tokens, temperature {setup['temperature']}, lr {setup['lr']}, "
           f"{'bf16 compute over float32 weights' if setup['bf16'] else 'float32'}, beta "
@@ -276,7 +276,7 @@ def main() -> None:
     print("| method | P | n | m | s/step | rollouts/s | generate | reward | select/score | "
           "update | steps without an update (left out) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    start, (busy, ours) = time.perf_counter(), cpu_seconds()
+    start, (busy, ours) = time.perf_counter(), suite.cpu_seconds()
     rows = []
     for name, (_, n, m) in setup["methods"].items():
         try:
@@ -288,7 +288,7 @@ def main() -> None:
         print(f"| {name} | {P} | {n} | {m} | {t['step']:.3f} | {P * n / t['step']:.2f} | "
               + " | ".join(f"{t[phase]:.3f}" for phase in PHASES)
               + f" | {t['skipped']} |", flush=True)
-    wall, (busy_end, ours_end) = time.perf_counter() - start, cpu_seconds()
+    wall, (busy_end, ours_end) = time.perf_counter() - start, suite.cpu_seconds()
     other = max(0.0, (busy_end - busy) - (ours_end - ours)) / wall
     print(f"\nother load during the runs: {other:.2f} of {os.cpu_count()} cores busy on "
           f"average (not these benchmarks); timings are only comparable when it is near 0.")
