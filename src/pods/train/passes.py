@@ -47,8 +47,9 @@ def parts(model, batch: Rollouts, spec, dist: Dist,
             padded = layout == "padded"
             fit = max(1, min(B, budget // width)) if padded else min(B * width, budget)
             rows, tokens = (fit, None) if padded else (None, fit)
+    most = None  # passes of the busiest rank, where already known
     if layout == "padded" and tokens is not None:
-        rows = padded_rows(batch, tokens, dist)
+        rows, most = padded_rows(batch, tokens, dist)
     pieces = micro_batches(batch, layout, rows, tokens)
     chosen = {}  # asked, chosen or one pass: the same keys in every layout, on every device
     if pieces:
@@ -57,17 +58,21 @@ def parts(model, batch: Rollouts, spec, dist: Dist,
             float(max(p.tokens(batch) for p in pieces))
         chosen = {"optim/micro_batch_tokens": cut, "optim/micro_batch_size": float(largest)}
     if dist.world > 1:
-        most = int(dist.reduce({"parts": len(pieces)}, "max")["parts"])
+        if most is None:
+            most = int(dist.reduce({"parts": len(pieces)}, "max")["parts"])
         pieces += [idle_part(batch, layout) for _ in range(most - len(pieces))]
     return pieces, chosen
 
 
-def padded_rows(batch: Rollouts, tokens: int, dist: Dist) -> int:
-    """Rows a padded part of ``tokens`` positions holds: at the widest rank's width
-    (Lp + Lc), as each rank trims its rows to its own longest and the ranks' parts must
-    hold the same rows to be as many."""
+def padded_rows(batch: Rollouts, tokens: int, dist: Dist) -> tuple[int, int]:
+    """Rows a padded part of ``tokens`` positions holds, at the widest rank's width
+    (Lp + Lc: each rank trims its rows to its own longest, and the ranks' parts must hold
+    the same rows to be as many), and the parts of the rank with the most rows: one
+    reduction over the ranks."""
     width = batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
-    return max(1, tokens // int(dist.reduce({"width": width}, "max")["width"]))
+    most = dist.reduce({"width": width, "rows": batch.completion_ids.shape[0]}, "max")
+    rows = max(1, tokens // int(most["width"]))
+    return rows, -(-int(most["rows"]) // rows)
 
 
 def token_budget(model, spec, dist: Dist, optimizer) -> int | None:
