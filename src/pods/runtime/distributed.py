@@ -196,10 +196,10 @@ class Dist:
 
 
 def close_process_group() -> None:
-    """Under torchrun, leave the process group before the process ends (then ``leave``).
-    A one-process group is vLLM's own
-    (the vllm engine in process): vLLM closes it at exit, and closing it first here makes
-    that fail with a traceback ("Invalid process group specified")."""
+    """Under torchrun, leave the process group before the process ends (then ``leave``). A
+    one-process group is vLLM's own (the vllm engine in process): vLLM closes it at exit,
+    and closing it first here makes that fail with a traceback ("Invalid process group
+    specified")."""
     if "torch.distributed" not in sys.modules:
         return
     import torch.distributed as dist
