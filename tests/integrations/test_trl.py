@@ -232,9 +232,8 @@ ABORT = "terminate called without an active exception"
 def launch_trl(command: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
     """Run a torchrun command, once more if a rank aborted with ``ABORT``: a gloo thread
     releasing a collective's tensor while the interpreter finalizes (the cause, and how a
-    rank avoids it, in pods.runtime.distributed.leave). trl_contract.py ends through
-    ``leave``, except with vLLM in the process, whose exit handlers must run; any other
-    failure, or a second abort, fails the test."""
+    rank avoids it, in pods.runtime.distributed.leave, through which trl_contract.py
+    ends); any other failure, or a second abort, fails the test."""
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0 and ABORT in done.stderr:
         done = subprocess.run(command, env=env, capture_output=True, text=True,

@@ -141,22 +141,24 @@ def test_one_process_needs_no_engine():
     assert dist.gather(x) is x and dist.reduce({"a": 1.0}, "sum") == {"a": 1.0}
 
 
-LEAVE = ("import sys, types\n"
+LEAVE = ("import atexit, sys, types\n"
          "from pods.runtime.distributed import leave\n"
          "if len(sys.argv) > 1: sys.modules['vllm'] = types.ModuleType('vllm')\n"
+         "atexit.register(print, ' exit handlers ran', end='')\n"
          "print('written', end='')\n"
          "leave(3)\n"
-         "print(' then the interpreter ends')\n")
+         "print(' then the interpreter ends', end='')\n")
 
 
 @pytest.mark.parametrize("world,vllm,code,out", [
     ("2", False, 3, "written"),  # a rank under torchrun: ends at once, its output flushed
-    ("1", False, 0, "written then the interpreter ends"),  # one process: returns
-    ("2", True, 0, "written then the interpreter ends"),  # vLLM's exit handlers run
+    ("1", False, 0, "written then the interpreter ends exit handlers ran"),  # returns
+    ("2", True, 3, "written exit handlers ran"),  # vLLM's exit handlers run, then it ends
 ])
 def test_a_rank_ends_without_the_interpreter_teardown(world, vllm, code, out):
     """Under torchrun a rank ends in ``leave`` (os._exit after flushing), so no gloo thread
-    can take the GIL during the interpreter's finalization and abort a finished rank."""
+    can take the GIL during the interpreter's finalization and abort a finished rank; with
+    vLLM in the process its exit handlers run first."""
     done = subprocess.run([sys.executable, "-c", LEAVE, *(["vllm"] if vllm else [])],
                           env={**ENV, "WORLD_SIZE": world}, capture_output=True, text=True,
                           timeout=60)
