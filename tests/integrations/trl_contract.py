@@ -212,4 +212,4 @@ if __name__ == "__main__":
         dist.destroy_process_group()
     from pods.runtime.distributed import leave
 
-    leave(0)  # under torchrun: no interpreter teardown (vLLM's exit handlers run first)
+    leave(0)  # under torchrun: exit handlers, then no interpreter teardown

@@ -45,7 +45,7 @@ def main() -> None:
     got, early = grads(sys.argv[1], rank, bucketed=True)
     for name, grad in want.items():
         torch.testing.assert_close(got[name], grad, rtol=0, atol=0, msg=name)
-    print(f"OK {early}")
+    sys.stdout.write(f"OK {early}\n")  # one write: the ranks' lines never interleave
     dist.destroy_process_group()
     leave(0)  # as pods's CLI does: no interpreter teardown under torchrun
 

@@ -151,14 +151,15 @@ LEAVE = ("import atexit, sys, types\n"
 
 
 @pytest.mark.parametrize("world,vllm,code,out", [
-    ("2", False, 3, "written"),  # a rank under torchrun: ends at once, its output flushed
+    ("2", False, 3, "written exit handlers ran"),  # a rank under torchrun: exit handlers,
+    # its output flushed, then it ends
     ("1", False, 0, "written then the interpreter ends exit handlers ran"),  # returns
     ("2", True, 3, "written exit handlers ran"),  # vLLM's exit handlers run, then it ends
 ])
 def test_a_rank_ends_without_the_interpreter_teardown(world, vllm, code, out):
     """Under torchrun a rank ends in ``leave`` (os._exit after flushing), so no gloo thread
-    can take the GIL during the interpreter's finalization and abort a finished rank; with
-    vLLM in the process its exit handlers run first."""
+    can take the GIL during the interpreter's finalization and abort a finished rank; the
+    exit handlers (vLLM's, a library's) run first."""
     done = subprocess.run([sys.executable, "-c", LEAVE, *(["vllm"] if vllm else [])],
                           env={**ENV, "WORLD_SIZE": world}, capture_output=True, text=True,
                           timeout=60)

@@ -217,14 +217,13 @@ def leave(code: int) -> None:
     "terminate called without an active exception" (SIGABRT) after its work is done and
     written, and torchrun reports the run failed (a backtrace shows
     ``ProcessGroupGloo::runLoop`` -> ``decref_pyobject`` -> ``PyEval_RestoreThread``).
-    Everything pods writes (checkpoints, metrics, trackers) is closed before. With vLLM in
-    the process, its exit handlers (which stop its engine) run first, the interpreter
-    still whole."""
+    Everything pods writes (checkpoints, metrics, trackers) is closed before; the exit
+    handlers (``atexit``: vLLM's, which stop its engine, and any library's) run first,
+    the interpreter still whole."""
     if launched_world_size() > 1:
-        if "vllm" in sys.modules:
-            import atexit
+        import atexit
 
-            atexit._run_exitfuncs()
+        atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
