@@ -41,7 +41,6 @@ import datetime
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -50,7 +49,7 @@ import time
 from pathlib import Path
 
 import torch
-from gpucommon import read_rows
+from gpucommon import read_rows, run_capped
 from recipe import share as recipe_share
 from table import table
 
@@ -87,15 +86,9 @@ def run_section(command: list[str], seconds: float, log: Path) -> dict:
     group (its children too) when it runs past. Its status and wall seconds."""
     start = time.monotonic()
     with log.open("w") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        try:
-            code = proc.wait(timeout=seconds + GRACE)
-            status = "done" if code == 0 else f"failed (exit {code})"
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            status = f"stopped at its share ({seconds:.0f} s)"
+        code = run_capped(command, seconds + GRACE, stdout=out, stderr=subprocess.STDOUT)
+    status = f"stopped at its share ({seconds:.0f} s)" if code is None else \
+        "done" if code == 0 else f"failed (exit {code})"
     return {"status": status, "spent_s": time.monotonic() - start}
 
 

@@ -16,9 +16,6 @@ static caches' GiB held before and during an update.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,6 +31,7 @@ from gpucommon import (
     missing_keys,
     read_rows,
     release,
+    run_capped,
     section_args,
     sync,
     word_tokenizer,
@@ -172,20 +170,14 @@ def run_path(path: str, args) -> None:
     cap = max(1.0, (left(args) - SLACK) / (len(args.order) - args.order.index(path)))
     command = [sys.executable, __file__, "--out", args.out, "--seconds", str(cap - 1),
                "--section", args.section, "--paths", path, *(["--quick"] if args.quick else [])]
-    proc = subprocess.Popen(command, start_new_session=True)
-    try:
-        proc.wait(timeout=cap)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    code = run_capped(command, cap)  # None: stopped at the cap
     done = {(r["path"], r["rows"]) for r in read_rows(Path(args.out) / f"{args.section}.jsonl")}
     missing = [c for c in cells(argparse.Namespace(paths=path, quick=args.quick))
                if c not in done]
-    code = proc.returncode
     for k, (path, rows) in enumerate(missing):
         why = "not reached: the path's cap was spent" if k else \
             f"stopped at the path's cap ({cap:.0f} s), still in this cell" \
-            if code == -signal.SIGKILL else f"its process ended (exit {code}) in this cell"
+            if code is None else f"its process ended (exit {code}) in this cell"
         emit(args, {"path": path, "rows": rows, "error": why})
 
 

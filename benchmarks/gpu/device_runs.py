@@ -12,14 +12,13 @@ paths first: names with gpu, cuda, liger or kernels; tests/check excluded).
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-from gpucommon import emit, left, read_rows, section_args
+from gpucommon import emit, left, read_rows, run_capped, section_args
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_FILES = ["tests/rollout/test_hf_decode.py", "tests/rollout/test_hf_static.py",
@@ -37,18 +36,8 @@ def until_share(command: list[str], log: Path, args) -> tuple[int | None, float]
     or None, wall seconds.)"""
     start, grace = time.perf_counter(), min(INTERRUPT_S, args.seconds / 4)
     with log.open("w") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                                start_new_session=True)
-        try:
-            code = proc.wait(timeout=max(1.0, left(args) - grace - 1))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            code = None
+        code = run_capped(command, max(1.0, left(args) - grace - 1), interrupt=grace,
+                          stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     return code, time.perf_counter() - start
 
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
@@ -43,6 +46,28 @@ def section_args(description: str, extra=None) -> argparse.Namespace:
 def left(args) -> float:
     """Seconds left of the section's share."""
     return args.deadline - time.monotonic()
+
+
+def run_capped(command: list[str], seconds: float, interrupt: float = 0.0,
+               **popen) -> int | None:
+    """Run ``command`` in a process group of its own (its children, compile workers among
+    them, go with it) for at most ``seconds``: its exit code, or None where it was stopped
+    there. With ``interrupt``, it is first interrupted as Ctrl-C would (pytest then writes
+    what it ran so far) and killed that many seconds later; else killed at once."""
+    proc = subprocess.Popen(command, start_new_session=True, **popen)
+    try:
+        return proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        if interrupt:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=interrupt)
+                return None
+            except subprocess.TimeoutExpired:
+                pass
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None
 
 
 def emit(args, row: dict) -> None:

@@ -18,8 +18,6 @@ no backward there)."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -33,6 +31,7 @@ from gpucommon import (
     missing_keys,
     read_rows,
     release,
+    run_capped,
     section_args,
     suite_script,
     timed,
@@ -113,13 +112,9 @@ def each_row(args, dev, folder: str) -> None:
         command = [sys.executable, __file__, "--out", args.out, "--seconds",
                    str(cap), "--section", args.section, "--folder", folder, "--row",
                    f"{shape},{layout},{kernel}"] + (["--quick"] if args.quick else [])
-        proc = subprocess.Popen(command, start_new_session=True)  # its compile workers too
-        try:
-            why = f"its process exited {proc.wait(timeout=cap)} (see the section's log)"
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            why = f"stopped at its cap ({cap:.0f} s, an even part of the share left)"
+        code = run_capped(command, cap)  # its compile workers stopped with it
+        why = f"stopped at its cap ({cap:.0f} s, an even part of the share left)" \
+            if code is None else f"its process exited {code} (see the section's log)"
         if len(read_rows(Path(args.out) / f"{args.section}.jsonl")) == before:
             emit(args, {**head, "error": why})
         release(dev)

@@ -181,13 +181,13 @@ def checked_layout(model, kept_rows: Rollouts, spec: UpdateSpec, dist: Dist,
     if spec.cast is not None:
         spec.cast.refresh()  # the weights the first update starts from
     trained = dist.unwrap(model) if spec.cast is None else spec.cast.module
+    rows = kept_rows.select(check_rows(kept_rows))
     with _compute(spec):
-        verdict = _agreed(_measure(trained, kept_rows.select(check_rows(kept_rows)),
-                                   spec.layout, spec.temperature), dist)
+        verdict = _agreed(_measure(trained, rows, spec.layout, spec.temperature), dist)
     tolerance = TOLERANCE[_compute_bytes(trained)]
     if verdict.within(tolerance):
         log(f"update layout: {spec.layout} gives padded's log-probs on rows of "
-            f"{_groups(kept_rows)} groups ({verdict.says()}; at most {tolerance.token:.0e}, "
+            f"{_groups(rows)} groups ({verdict.says()}; at most {tolerance.token:.0e}, "
             f"{tolerance.row:.0e})")
         return spec
     warnings.warn(f"update layout {spec.layout} differs from padded on this model "
@@ -198,9 +198,8 @@ def checked_layout(model, kept_rows: Rollouts, spec: UpdateSpec, dist: Dist,
     return replace(spec, layout="padded")
 
 
-def _groups(batch: Rollouts) -> int:
-    rows = check_rows(batch)
-    return len(prompt_groups(batch.prompt_ids[rows], batch.prompt_mask[rows], True).unique())
+def _groups(rows: Rollouts) -> int:
+    return len(prompt_groups(rows.prompt_ids, rows.prompt_mask, True).unique())
 
 
 def check_once(trainer, kept_rows: Rollouts) -> None:
