@@ -84,11 +84,13 @@ def measure(shape: str, method: str, repeats: int, quick: bool) -> dict:
     """One (shape, method) in this process: seconds of each timed update, peak MB."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from pods.models.checkpointing import set_checkpointing
+
     arch, rows = batch(shape, quick)
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(max_position_embeddings=1024, **arch)).train()
     if arch is SMOLLM2:  # as the language-model recipe trains (and padded fits in memory)
-        model.gradient_checkpointing_enable()
+        set_checkpointing(model, True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
     advantages = torch.randn(rows.completion_ids.shape[0])
     make = _trl if method == "TRL" else \

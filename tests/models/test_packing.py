@@ -6,6 +6,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
 
 import pods.models.logprobs as logprobs
+from pods.models.checkpointing import set_checkpointing
 from pods.models.logprobs import completion_logprobs, packed_logprobs
 from pods.models.packed_attention import NAME, packed_attention, refusal
 from pods.models.packing import pack, prompt_groups
@@ -101,7 +102,7 @@ def test_log_probs_and_gradients_equal_padded(tiny_model_dir, monkeypatch, layou
     if case == "full-logits":  # the model's own logits (soft-capped heads use them)
         monkeypatch.setattr(logprobs, "output_head", lambda model: None)
     if case == "checkpointed":
-        model.gradient_checkpointing_enable()
+        set_checkpointing(model, True)
     if case == "chunked-head":  # two tokens a chunk
         monkeypatch.setattr(logprobs, "HEAD_CHUNK", 2 * model.config.vocab_size)
     assert_same(model, rows(model.config.vocab_size), layout)

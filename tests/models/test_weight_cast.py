@@ -6,10 +6,11 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from pods.config import LossConfig, OptimConfig
+from pods.models.checkpointing import checkpointed as recomputes
+from pods.models.checkpointing import set_checkpointing
 from pods.models.logprobs import completion_logprobs
 from pods.models.precision import autocast
 from pods.models.weight_cast import WeightCast
-from pods.models.weight_cast import checkpointed as recomputes
 from pods.rollout import Rollouts
 from pods.runs.metrics import read_metrics
 from pods.train.run import train
@@ -161,7 +162,7 @@ def test_the_engine_samples_what_the_update_computes_so_the_gap_is_float_noise(
 def test_a_checkpointed_models_copy_recomputes_and_hands_over_the_same_gradients(
         tiny_model_dir):
     plain, checkpointed = _model(tiny_model_dir), _model(tiny_model_dir)
-    checkpointed.gradient_checkpointing_enable()
+    set_checkpointing(checkpointed, True)
     for model in (plain, checkpointed):
         model.train()
         cast = WeightCast(model)

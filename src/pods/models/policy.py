@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from pods.config.groups import ModelConfig
+from pods.models.checkpointing import set_checkpointing
 from pods.models.precision import weights_dtype
 from pods.models.source import resolve
 
@@ -37,7 +38,7 @@ def load_policy(model: str, device: torch.device, options: ModelConfig = DEFAULT
     policy = AutoModelForCausalLM.from_pretrained(
         model, dtype=weights_dtype(options, device)).to(device)
     if options.gradient_checkpointing:
-        policy.gradient_checkpointing_enable()
+        set_checkpointing(policy, True)
         policy.config.use_cache = False  # generate() turns the KV cache back on per call
     if options.lora_rank > 0:
         policy = add_lora(policy, options)

@@ -28,6 +28,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
+from pods.models.checkpointing import checkpointed, set_checkpointing
 from pods.runtime.grad_buckets import GradBuckets
 
 
@@ -46,7 +47,7 @@ class WeightCast:
         self.module = copy_module(model, dtype, shared)  # shared: the hf engine's sampling
         # copy, if it has one
         if checkpointed(model):
-            self.module.gradient_checkpointing_enable()
+            set_checkpointing(self.module, True)
         masters = dict(model.named_parameters())
         ours = dict(self.module.named_parameters())
         if ours.keys() != masters.keys():
@@ -91,9 +92,3 @@ def to_master(master: Tensor, buckets: GradBuckets, p: Tensor) -> None:
         master.grad.add_(p.grad)
     p.grad = None
     buckets.ready(master)
-
-
-def checkpointed(model) -> bool:
-    """Whether ``model`` recomputes activations in the backward pass (transformers marks
-    the modules it checkpoints ``gradient_checkpointing = True``)."""
-    return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())

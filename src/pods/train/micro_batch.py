@@ -101,8 +101,8 @@ def auto_micro_batch(model, rows: int, row_tokens: int, compute_bytes: int,
     elsewhere (every row in one pass)."""
     if device.type != "cuda":
         return None
+    from pods.models.checkpointing import checkpointed
     from pods.models.logprobs import HEAD_CHUNK
-    from pods.models.weight_cast import checkpointed
 
     config = model.config
     hidden = config.hidden_size
