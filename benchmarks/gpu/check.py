@@ -56,7 +56,8 @@ from table import table
 HERE = Path(__file__).resolve().parent
 SECTIONS = {  # name: the script and its arguments
     "matmul": ["update.py", "--what", "matmul"],
-    "update": ["update.py", "--variants", "bare,cast-step,cast-matmul,pods,pods-groups"],
+    "update": ["update.py", "--variants",
+               "bare,bare-ckpt,cast-step,cast-matmul,pods,pods-groups"],
     "decode": ["decode.py"],
     "layouts": ["layouts.py"],
     "default": ["device_runs.py", "--what", "default"],
@@ -68,7 +69,7 @@ SECTIONS = {  # name: the script and its arguments
 PARTS = {  # seconds each section is guaranteed, in the order they run (from what each took
     # on an H200 on 2026-12-04); part 1 answers the layouts' question, part 2 the decode
     # loop's and the recipes'
-    1: {"tests": 80, "matmul": 10, "update": 50, "layouts": 95},  # 235 s: make test-gpu
+    1: {"tests": 75, "matmul": 10, "update": 55, "layouts": 95},  # 235 s: make test-gpu
     # first, each layouts row a fresh process
     2: {"decode": 80, "liger": 20,
         "recipe": recipe_share(["smollm2_gpu_fast", "smollm2_gpu"]), "trl": 50},  # 300 s;

@@ -11,7 +11,9 @@ some flat config keys (``VARIANTS``), its layout pinned (padded: each row its ow
 as in the bare step), and "pods-groups" the same rows as PODS keeps them, groups of 16
 sharing a prompt, with shared_prompt: tokens/s, share of the matmul rate (6 x
 non-embedding parameters per token + 6 x vocabulary x hidden per completion token) and
-peak memory.
+peak memory. pods's variants run with gradient checkpointing, as its recipe for a real
+model sets it; "bare-ckpt" is the bare step with it too, so that "x bare" of a pods
+variant splits into what checkpointing costs and what pods adds.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ PROMPT, NEW, T = 160, 128, 0.9
 PADDED = {"update_layout": "padded"}  # every row its own prompt here: pinned, not auto's
 VARIANTS = {  # name: pods's flat config keys (None: the bare step, no pods code)
     "bare": None,  # fwd+bwd+AdamW in pods's default precision
+    "bare-ckpt": None,  # the same with gradient checkpointing (transformers', as pods's)
     "pods": PADDED,  # pods's defaults
     "cast-matmul": {"weight_cast": "matmul", "update_kernels": "torch", **PADDED},  #
     # autocast's cast of the float32 weights at every matmul
@@ -47,6 +50,7 @@ VARIANTS = {  # name: pods's flat config keys (None: the bare step, no pods code
     "pods-groups": {"update_layout": "shared_prompt"},  # PODS's kept rows: groups of
     # GROUP rows share a prompt, each read once (tok/s counts every row's prompt)
 }
+CHECKPOINTED = {"bare": False, "bare-ckpt": True}  # the bare steps: checkpointing or not
 GROUP = 16  # rows kept from one prompt in "pods-groups" (the paper's m at GSM8K)
 
 
@@ -155,19 +159,25 @@ def bare_step(model, optimizer, ids, advantages, update: str, dev, prompt: int):
     return step
 
 
-def bare_rows(name: str, dev, args) -> None:
+def bare_rows(name: str, labels: list[str], dev, args) -> None:
+    """The bare steps ``labels`` (of ``CHECKPOINTED``) on one model of architecture
+    ``name``, at each of ``args.rows``."""
+    from pods.models.checkpointing import set_checkpointing
     from pods.train.optimizer import make_optimizer
 
     precision = default_precision(name, dev)
     model = build(name, dev, precision.weights, args.quick)
     optimizer = make_optimizer(model.parameters(), 1e-7, (0.9, 0.999), 0.0)
-    for rows in args.rows:
-        ids, advantages = random_batch(rows, model.config.vocab_size, args.prompt, args.new,
-                                       dev)
-        step = bare_step(model, optimizer, ids, advantages, precision.update, dev,
-                         args.prompt)
-        emit(args, {"model": name, "rows": rows, "variant": "bare",
-                    "precision": precision.short, **guarded(step, model, rows, dev, args)})
+    for label in labels:
+        set_checkpointing(model, CHECKPOINTED[label])
+        for rows in args.rows:
+            ids, advantages = random_batch(rows, model.config.vocab_size, args.prompt,
+                                           args.new, dev)
+            step = bare_step(model, optimizer, ids, advantages, precision.update, dev,
+                             args.prompt)
+            emit(args, {"model": name, "rows": rows, "variant": label,
+                        "precision": precision.short,
+                        **guarded(step, model, rows, dev, args)})
 
 
 def guarded(step, model, rows: int, dev, args) -> dict:
@@ -237,15 +247,15 @@ def main() -> None:
     args.repeats = 1 if args.quick else 2
     args.tflops = args.tflops or matmul_tflops(dev, 512 if args.quick else 8192)
     labels = [v for v in args.variants.split(",") if not redundant(v, dev)]
+    bare = [v for v in labels if v in CHECKPOINTED]
     with tempfile.TemporaryDirectory() as tmp:
         for name in ARCHITECTURES:
             folder = None
-            for label in labels:
+            if bare:  # one model for the bare steps, with and without checkpointing
+                bare_rows(name, bare, dev, args)
+                release(dev)
+            for label in (v for v in labels if v not in CHECKPOINTED):
                 keys = VARIANTS[label]
-                if keys is None:
-                    bare_rows(name, dev, args)
-                    release(dev)
-                    continue
                 try:
                     if folder is None and unavailable(keys, dev) is None:
                         folder = save_architecture(name, dev, args, tmp)

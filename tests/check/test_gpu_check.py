@@ -58,8 +58,9 @@ def test_the_check_runs_every_section_on_a_cpu_within_its_share(tmp_path):
             assert row["tok_s"] > 0 and row["share"] > 0
     cast = all(key in LEAVES for key in update.VARIANTS["cast-step"])
     measured = {r["variant"] for r in s["update"]["rows"] if "tok_s" in r}
-    assert measured == ({"bare", "cast-step", "cast-matmul"} if cast else {"bare", "pods"}) \
-        | {"pods-groups"}  # the rows as PODS keeps them, each group's prompt read once
+    assert measured == ({"cast-step", "cast-matmul"} if cast else {"pods"}) | {
+        "bare", "bare-ckpt",  # the bare step without and with gradient checkpointing
+        "pods-groups"}  # the rows as PODS keeps them, each group's prompt read once
     layouts = {(r["shape"], r["layout"]): r for r in s["layouts"]["rows"]}
     assert len(layouts) == 6 and all(r["seconds"] > 0 for r in layouts.values())
     for shape in ("gsm8k", "math"):  # each prompt once: fewer positions than padded
