@@ -6,16 +6,21 @@ and MLP width ``intermediate``, computing in ``compute_bytes`` (c: 2 for bf16) w
 residual stream in ``residual_bytes`` (r: the weights' dtype, 4 under autocast over float32
 weights, else c):
 
-    per token and layer   (4r + 6c) * hidden + 4c * intermediate   kept for the backward:
-                          each of the two norms its input and its normalised output in the
-                          residual dtype and the compute-dtype copy its matmuls read
-                          (2 x (2r + c) * hidden); attention's queries, keys, values and
-                          output (at most 4c * hidden); a gated MLP's gate, up, activated
-                          gate and product (4c * intermediate; a plain MLP keeps two of
-                          these, so it errs high there); no [tokens, tokens] scores, which
-                          SDPA's fused kernels do not keep. For Qwen2.5-1.5B under bf16
-                          autocast that is 3.06 MiB a token, where one H200 measured 2.94
-                          (2026-11-28: 64 rows x 288 tokens in one pass)
+    per token and layer   (8 + 2r + 4c + k*c) * hidden + 4c * intermediate   what
+                          autograd keeps for the backward: each of the two RMSNorms its
+                          float32 input and its normalised output in the residual dtype
+                          (2 x (4 + r) * hidden), and the compute-dtype input of each
+                          projection reading it (k*c * hidden: one tensor shared, k = 2,
+                          where r = c; under autocast one cast a projection, k = 5: q, k, v,
+                          gate, up); attention's queries, keys, values and output (at most
+                          4c * hidden; no [tokens, tokens] scores: SDPA's fused kernels keep
+                          none); a gated MLP's gate, up, activated gate and product
+                          (4c * intermediate; a plain MLP keeps two, so it errs high there).
+                          Checked against the tensors autograd saves on a CPU
+                          (tests/train/test_micro_batch.py); for Qwen2.5-1.5B under bf16
+                          autocast 3.31 MiB a token, where one H200 measured 2.94 (2026-11-28:
+                          64 rows x 288 tokens in one pass; its keys and values were
+                          grouped-query, smaller than the bound)
                           gradient checkpointing: r * hidden a layer (its input), plus one
                           layer's whole set (its recompute)
     per row               that times the row's tokens (prompt and completion, padded)
@@ -49,7 +54,8 @@ def token_bytes(layers: int, hidden: int, intermediate: int, compute_bytes: int,
     """Activation bytes one token keeps for the backward pass (module docstring);
     ``residual_bytes`` None: the compute dtype's."""
     c, r = compute_bytes, residual_bytes or compute_bytes
-    per_layer = (4 * r + 6 * c) * hidden + 4 * c * intermediate
+    inputs = 2 if r == c else 5  # projections' inputs: shared, or autocast's cast for each
+    per_layer = (8 + 2 * r + 4 * c + inputs * c) * hidden + 4 * c * intermediate
     if checkpointed:
         return layers * r * hidden + per_layer
     return layers * per_layer
