@@ -61,7 +61,9 @@ def saved_bytes(model, tokens: int, autocast: bool) -> int:
 def test_the_estimate_covers_what_autograd_keeps_a_token_and_layer(weights, autocast):
     """A Qwen2 decoder (grouped-query attention, gated MLP) on a CPU: bytes a token and a
     layer, from two lengths and two depths, at most the estimate and more than 0.9 of it
-    (the estimate bounds the keys and values by full width)."""
+    (the estimate bounds the keys and values by full width). It needs SDPA's fused kernel,
+    as on a GPU: torch 2.11 and 2.13 take it on a CPU too, while torch 2.6's CPU took the
+    math path for grouped-query attention, keeping [tokens, tokens] scores."""
     hidden, mlp = 128, 768
 
     def per_token(layers: int) -> float:
