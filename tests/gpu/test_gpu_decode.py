@@ -36,7 +36,13 @@ def prompts(rows: int, width: int):
 
 def test_the_loop_compiles_once_at_256_rows_and_draws_what_generate_draws(smollm2_shaped):
     """One compile for the shape (about a minute with a cold compile cache), shared by the
-    sampled and the greedy calls (the temperature is a device value), replayed after."""
+    sampled and the greedy calls (the temperature is a device value), replayed after. The
+    loop's fused bf16 kernels round otherwise than generate's: a sampled race rarely
+    flips, while a greedy choice over a random model's 49,152 near-Gaussian bf16 logits
+    meets exact and near ties (on a CPU, bf16 against float32 with the same weights: 9% of
+    256 rows part within 24 tokens, each at a token within 0.7% of the maximum logit), so
+    greedy rows are compared up to where they part, and there the loop's token must be a
+    near-maximum of the model's own logits."""
     model = smollm2_shaped
     static = StaticDecoding(None, "loop")  # compiled=True: inductor, CUDA graphs
     ids, mask, keys = prompts(ROWS, WIDTH)
@@ -50,11 +56,38 @@ def test_the_loop_compiles_once_at_256_rows_and_draws_what_generate_draws(smollm
         assert isinstance(loop, DecodeLoop) and loop.graphs() == 1 and static.fallbacks == 0
         assert torch.equal(again, got)
         width = min(got.shape[1], want.shape[1])
-        same = got[:, :width] == want[:, :width]
-        assert same.float().mean().item() > 0.98  # bf16 kernels fused otherwise: a near-tie
-        if temperature > 0:  # may flip
+        got, want = got[:, :width], want[:, :width]
+        if temperature > 0:
+            same = got == want
+            assert same.float().mean().item() > 0.98  # a near-tie of the race may flip
             gap = (got_logprobs[:, :width] - want_logprobs[:, :width]).abs()[same]
             assert gap.max() < 0.1, gap.max()
+            continue
+        parted = first_difference(got, want)  # [rows]
+        rows = (parted < width).nonzero().flatten()
+        assert len(rows) <= ROWS // 4, f"{len(rows)} of {ROWS} greedy rows parted"
+        for row in rows.tolist():
+            below = below_maximum(model, ids[row], mask[row], got[row], int(parted[row]))
+            assert below <= 2**-6, (row, below)  # a few bf16 roundings of the maximum
+
+
+def first_difference(got, want):
+    """[rows] the first column where ``got`` and ``want`` [rows, w] differ (w: nowhere)."""
+    differ = got != want
+    return torch.where(differ.any(1), differ.int().argmax(1), got.shape[1])
+
+
+def below_maximum(model, ids, mask, completion, at: int) -> float:
+    """How far below the maximum of the model's logits (eager, the dynamic cache's kernels)
+    the completion's token ``at`` is, relative to the largest logit's size, given the
+    prompt ``ids``, ``mask`` [Lp] and the completion's tokens before it."""
+    seq = torch.cat([ids, completion[:at]])[None]  # [1, Lp + at]
+    attention = torch.cat([mask, torch.ones_like(completion[:at])])[None]
+    positions = (attention.cumsum(1) - 1).clamp(min=0)  # as generate numbers them
+    with torch.no_grad():
+        logits = model(input_ids=seq, attention_mask=attention,
+                       position_ids=positions).logits[0, -1].float()  # [V]
+    return ((logits.max() - logits[completion[at]]) / logits.abs().max()).item()
 
 
 def test_a_compile_that_fails_on_the_gpu_falls_back_to_generate(smollm2_shaped):
