@@ -5,6 +5,7 @@ stream, the block mask computes every block that mask touches, and FlexAttention
 path's own gathers read no position twice, and its CUDA form (repeated key and value
 heads) equals its CPU form."""
 
+import os
 import warnings
 
 import pytest
@@ -213,3 +214,15 @@ def test_the_compiled_kernel_is_not_compiled_again_for_each_micro_batch(monkeypa
         lengths.add(-(-T // packed_flex.BLOCK))
     assert len(lengths) >= 4 and len(graphs) <= 2, (sorted(lengths), len(graphs))
     torch._dynamo.reset()
+
+
+def test_the_compiled_kernel_is_kept_in_the_pods_cache(monkeypatch, tmp_path):
+    """FlexAttention's kernels go where the decode loop's do (pods.models.cache.compile_cache:
+    built once a machine), set before torch.compile is asked for them."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "unset")  # restored after the test
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    monkeypatch.setenv("PODS_CACHE", str(tmp_path))
+    monkeypatch.setattr(packed_flex, "COMPILED_ON", ("cpu",))
+    monkeypatch.setattr(packed_flex, "_compiled", {})
+    packed_flex._flex(torch.device("cpu"))  # compiled lazily: nothing is built here
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "compile")

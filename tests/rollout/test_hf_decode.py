@@ -9,8 +9,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from pods.models.cache import compile_cache
 from pods.rollout import SamplingRequest, generate, sample_keys
-from pods.rollout.decode import CHECK_EVERY, DecodeLoop, Decoding, compile_cache
+from pods.rollout.decode import CHECK_EVERY, DecodeLoop, Decoding
 from pods.rollout.hf_decode import StaticDecoding, bucket_width
 
 PROMPTS = ["1+2=", "10+20=", "5+5=", "123+4=", "99999+1=", "7="]  # 2 to 8 tokens

@@ -1,4 +1,5 @@
-"""pods's cache folder: the embedded model, fetched models and converted GGUF files."""
+"""pods's cache folder: the embedded model, fetched models, converted GGUF files and the
+kernels torch's compiler built."""
 
 from __future__ import annotations
 
@@ -18,3 +19,13 @@ def user_cache_dir() -> Path:
     ``~/.cache/pods``."""
     xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(xdg) / "pods"
+
+
+def compile_cache() -> str:
+    """Where torch's inductor keeps compiled kernels: ``TORCHINDUCTOR_CACHE_DIR`` where the
+    user set it, else the pods cache's ``compile`` folder (set for this process), so the
+    compile of a shape is paid once per machine, not once per process or per /tmp. Called
+    before each compile pods starts (the decode loop, generate's static cache, the packed
+    layouts' FlexAttention)."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "compile"))
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]

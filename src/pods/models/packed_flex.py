@@ -32,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from pods.models.cache import compile_cache
+
 BLOCK = 128  # FlexAttention's block: the stream is padded to a multiple of it
 ENV = "PODS_PACKED_KERNEL"  # "flex" or "sdpa": overrides the device's choice
 KERNELS = ("flex", "sdpa")
@@ -165,5 +167,6 @@ def _flex(device: torch.device):
     if device.type not in COMPILED_ON:
         return flex_attention_fn()
     if "flex" not in _compiled:
+        compile_cache()  # its kernels in the pods cache, built once a machine
         _compiled["flex"] = torch.compile(flex_attention_fn())
     return _compiled["flex"]

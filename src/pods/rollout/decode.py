@@ -30,7 +30,6 @@ the fused kernels).
 from __future__ import annotations
 
 import inspect
-import os
 import types
 from dataclasses import dataclass, fields
 from functools import cache
@@ -38,6 +37,7 @@ from functools import cache
 import torch
 from torch import Tensor
 
+from pods.models.cache import compile_cache
 from pods.rollout.sampling import keyed_draw
 
 CHECK_EVERY = 8  # decoding steps between two looks of the host at the device (one sync)
@@ -51,16 +51,6 @@ def cache_keyword() -> str:
 
     params = inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
     return "cache" if "cache" in params else "past_key_values"
-
-
-def compile_cache() -> str:
-    """Where torch's inductor keeps compiled kernels: ``TORCHINDUCTOR_CACHE_DIR`` where the
-    user set it, else the pods cache's ``compile`` folder (set for this process), so the
-    compile of a shape is paid once per machine, not once per process or per /tmp."""
-    from pods.models.cache import cache_dir
-
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "compile"))
-    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
 def empty_static_cache(model, columns: int):

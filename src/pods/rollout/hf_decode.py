@@ -34,13 +34,8 @@ import torch
 from torch import Tensor
 
 from pods.config.fields import HF_DECODES
-from pods.rollout.decode import (
-    DecodeLoop,
-    Decoding,
-    cache_keyword,
-    compile_cache,
-    empty_static_cache,
-)
+from pods.models.cache import compile_cache
+from pods.rollout.decode import DecodeLoop, Decoding, cache_keyword, empty_static_cache
 from pods.rollout.sampling import KeyedSampler
 
 BUCKET = 64  # prompt widths of the static path are multiples of it
