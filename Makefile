@@ -62,8 +62,10 @@ test: lint docs
 # their tests skipped with the reason where not). The tests that need CUDA (marked gpu: on a
 # CPU they are collected and skipped) and the files whose tests a GPU changes: the decode
 # loop and static cache, kernels, precision, the update's layouts, a dropped trainer's
-# memory, DDP on NCCL where two GPUs exist. About 3 minutes on one H100 or H200.
+# memory, DDP on NCCL where two GPUs exist. Where pytest-xdist is installed, in GPU_WORKERS
+# processes, each test file in one (their compiles, CPU-bound, then run side by side).
 GPU_PYTHON ?= python3
+GPU_WORKERS ?= 4
 GPU_TESTS := tests/gpu tests/rollout/test_hf_decode.py tests/rollout/test_hf_static.py \
 	tests/rollout/test_decode_shapes.py tests/models/test_kernels.py \
 	tests/models/test_precision.py tests/models/test_weight_cast.py \
@@ -74,6 +76,8 @@ test-gpu:
 	@$(GPU_PYTHON) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else \
 	    'make test-gpu needs a CUDA GPU: torch.cuda.is_available() is False here')"
 	PYTHONPATH=src $(GPU_PYTHON) -m pytest -q -p no:cacheprovider -o addopts=-ra \
+	    $$($(GPU_PYTHON) -c "import xdist" 2>/dev/null && [ "$(GPU_WORKERS)" -gt 1 ] && \
+	       echo "-n $(GPU_WORKERS) --dist loadfile") \
 	    --junitxml=$${GPU_JUNIT:-/tmp/pods-test-gpu.xml} $(GPU_TESTS)
 
 # .venv-vllm/: pods with vLLM's CPU build; its `pods` runs `--engine vllm`. `--notest` skips

@@ -2,7 +2,10 @@
 marked gpu, so that a renamed or new GPU test cannot fall out of it; on a machine without
 CUDA those tests are collected and skipped with the reason (tests/conftest.py)."""
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -49,3 +52,20 @@ def test_without_cuda_the_gpu_tests_are_collected_and_skipped_with_the_reason(mo
         assert [any(m.name == "skip" and m.kwargs.get("reason") == conftest.GPU_REASON
                     for m in item.marks) for item in items] == skipped
     assert conftest.GPU_REASON == "needs a CUDA GPU: make test-gpu runs it on one"
+
+
+def test_the_gpu_suites_pytest_line_runs_in_workers_where_xdist_is_installed(tmp_path):
+    """The recipe's pytest command, as make prints it (its CUDA check left out), run on a
+    small file: in GPU_WORKERS processes with pytest-xdist here, its JUnit file written."""
+    printed = subprocess.run(
+        ["make", "-n", "test-gpu", f"GPU_PYTHON={sys.executable}", "GPU_WORKERS=2",
+         "GPU_TESTS=tests/models/test_checkpointing.py"], cwd=ROOT, capture_output=True,
+        text=True, check=True).stdout.replace("\\\n", " ")
+    (line,) = [cmd for cmd in printed.splitlines() if " -m pytest " in cmd]
+    junit = tmp_path / "gpu.xml"
+    done = subprocess.run(["sh", "-c", line], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "GPU_JUNIT": str(junit)},
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "bringing up nodes" in done.stdout  # pytest-xdist's workers
+    assert 'tests="3"' in junit.read_text()
