@@ -37,12 +37,15 @@ def prompts(rows: int, width: int):
 def test_the_loop_compiles_once_at_256_rows_and_draws_what_generate_draws(smollm2_shaped):
     """One compile for the shape (about a minute with a cold compile cache), shared by the
     sampled and the greedy calls (the temperature is a device value), replayed after. The
-    loop's fused bf16 kernels round otherwise than generate's: a sampled race rarely
-    flips, while a greedy choice over a random model's 49,152 near-Gaussian bf16 logits
-    meets exact and near ties (on a CPU, bf16 against float32 with the same weights: 9% of
-    256 rows part within 24 tokens, each at a token within 0.7% of the maximum logit), so
-    greedy rows are compared up to where they part, and there the loop's token must be a
-    near-maximum of the model's own logits."""
+    loop's fused bf16 kernels round otherwise than generate's, so a row may part from
+    generate's at a near-tie: of the race (sampled), or of a random model's 49,152
+    near-Gaussian bf16 logits (greedy: exact ties are common). Simulated on a CPU with bf16
+    against float32 and the same weights (256 rows x 24 tokens): 9 sampled and 24 greedy
+    rows parted, each greedy one at a token at most 0.7% below the largest logit; the
+    sampled log-probs before parting within 0.011, while after it the same keys draw the
+    same token in other contexts (105 such tokens, log-probs up to 0.62 apart). So rows
+    are compared up to where they part: at most a quarter part, the sampled log-probs
+    agree before, and a greedy token where it parts is a near-maximum of the logits."""
     model = smollm2_shaped
     static = StaticDecoding(None, "loop")  # compiled=True: inductor, CUDA graphs
     ids, mask, keys = prompts(ROWS, WIDTH)
@@ -57,15 +60,14 @@ def test_the_loop_compiles_once_at_256_rows_and_draws_what_generate_draws(smollm
         assert torch.equal(again, got)
         width = min(got.shape[1], want.shape[1])
         got, want = got[:, :width], want[:, :width]
-        if temperature > 0:
-            same = got == want
-            assert same.float().mean().item() > 0.98  # a near-tie of the race may flip
-            gap = (got_logprobs[:, :width] - want_logprobs[:, :width]).abs()[same]
-            assert gap.max() < 0.1, gap.max()
-            continue
         parted = first_difference(got, want)  # [rows]
         rows = (parted < width).nonzero().flatten()
-        assert len(rows) <= ROWS // 4, f"{len(rows)} of {ROWS} greedy rows parted"
+        assert len(rows) <= ROWS // 4, f"{len(rows)} of {ROWS} rows parted at T={temperature}"
+        if temperature > 0:
+            before = torch.arange(width, device=got.device)[None] < parted[:, None]
+            gap = (got_logprobs[:, :width] - want_logprobs[:, :width]).abs()[before]
+            assert gap.max() < 0.1, gap.max()
+            continue
         for row in rows.tolist():
             below = below_maximum(model, ids[row], mask[row], got[row], int(parted[row]))
             assert below <= 2**-6, (row, below)  # a few bf16 roundings of the maximum
