@@ -170,3 +170,32 @@ def test_a_checkpointed_models_copy_recomputes_and_hands_over_the_same_gradients
         completion_logprobs(cast.module, *_rows(model), 1.0).sum().backward()
     for (name, a), b in zip(plain.named_parameters(), checkpointed.parameters(), strict=True):
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-2, atol=1e-3, msg=name)
+
+
+def test_a_refresh_casts_every_master_in_one_multi_tensor_copy(tiny_model_dir):
+    """Each weight is the bf16 rounding of its master after a refresh, and the refresh is
+    one ``_foreach_copy_`` (one kernel launch for the lot on a GPU), not a copy a weight."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.counts = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.counts[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    model = _model(tiny_model_dir)
+    cast = WeightCast(model)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01)
+    with Ops() as ops:
+        cast.refresh()
+    assert ops.counts["_foreach_copy_"] == 1 and ops.counts["copy_"] == 0, ops.counts
+    ours = dict(cast.module.named_parameters())
+    for name, master in model.named_parameters():
+        assert torch.equal(ours[name], master.to(torch.bfloat16)), name

@@ -66,9 +66,10 @@ class WeightCast:
 
     @torch.no_grad()
     def refresh(self) -> None:
-        """Copy the masters in (one cast a weight), in the model's train/eval mode."""
-        for p, master in self.pairs:
-            p.copy_(master)
+        """Copy the masters in (one cast a weight: one multi-tensor copy, not a kernel
+        launch a weight on a GPU), in the model's train/eval mode."""
+        if self.pairs:
+            torch._foreach_copy_([p for p, _ in self.pairs], [m for _, m in self.pairs])
         self.module.train(self.model.training)
 
     def arm_reduce(self, world: int) -> None:
