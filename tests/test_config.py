@@ -155,6 +155,8 @@ def _config_file(tmp_path, text):
     ("lr: fast\n", r"line 1: lr='fast' must be a number\.$"),
     ("max_steps: yes\n", r"line 1: max_steps=True must be a whole number \(or null\)"),
     ("progress: 3\n", r"line 1: progress=3 must be true or false"),
+    ("gradient_checkpointing: 1\n",
+     r"line 1: unknown gradient_checkpointing 1; use one of False, True, auto\.$"),
     ("n: 64\nloss_norm: mean\n",
      r"line 2: unknown loss_norm 'mean'; use one of sequence, token, constant\.$"),
     ("n: 64\nrules: random\n", r"line 2: unknown field 'rules'; did you mean 'rule'\?"),
@@ -261,7 +263,10 @@ def test_fixed_choices_are_written_once_as_literal_types():
     for key, names in tuples.items():
         assert typing.get_origin(LEAVES[key].hint) is typing.Literal, key
         assert LEAVES[key].choices == names and LEAVES[key].kind == "str", key
-    assert {k for k, leaf in LEAVES.items() if leaf.choices} == set(tuples)
+    checkpointing = LEAVES["gradient_checkpointing"]  # true, false or auto: bool's words
+    assert checkpointing.choices == fields.CHECKPOINTINGS == (False, True, "auto")
+    assert checkpointing.kind == "bool" and checkpointing.type == "False | True | 'auto'"
+    assert {k for k, leaf in LEAVES.items() if leaf.choices} == {*tuples, checkpointing.key}
     assert LEAVES["loss_norm"].type == "'sequence' | 'token' | 'constant'"
     assert LEAVES["max_steps"].type == "int | None" and LEAVES["max_steps"].choices is None
 
@@ -276,6 +281,19 @@ def test_flags_of_fixed_choices_take_only_those(capsys):
     parser = argparse.ArgumentParser()
     add_config_flags(parser)
     assert "--loss-norm {sequence,token,constant}" in parser.format_help()
+
+
+def test_a_flag_of_true_false_or_a_word_takes_each(tmp_path, capsys):
+    """--gradient-checkpointing takes true and false as every bool flag does, or auto;
+    YAML's true and auto alike."""
+    for text, value in (("true", True), ("off", False), ("auto", "auto")):
+        assert parse(["--gradient-checkpointing", text]).model.gradient_checkpointing == value
+    with pytest.raises(SystemExit):
+        parse(["--gradient-checkpointing", "sometimes"])
+    assert "invalid choice: 'sometimes'" in capsys.readouterr().err
+    for text, value in (("true", True), ("auto", "auto")):
+        path = _config_file(tmp_path, f"gradient_checkpointing: {text}\n")
+        assert parse(["--config", str(path)]).model.gradient_checkpointing == value
 
 
 def test_a_time_budget_alone_is_the_whole_budget(tmp_path):

@@ -53,7 +53,7 @@ def test_the_guides_hub_commands_resolve_to_the_language_model_recipe(chat_model
         "max_new_tokens": 512, "lr": 5e-6, "lr_schedule": "constant", "prompts_per_step": 1,
         "n": 64, "m": 16, "lora_rank": 64, "lora_alpha": 64.0, "temperature": 0.9,
         "adam_beta2": 0.99, "weight_decay": 0.1, "max_grad_norm": 0.1,
-        "gradient_checkpointing": True, "eval_every": 600.0, "eval_size": None,
+        "gradient_checkpointing": "auto", "eval_every": 600.0, "eval_size": None,
         "checkpoint_every": 1800.0, "recipe": "auto"}
     assert started[0].to_dict() == saved  # config.yaml holds what the run trains with
     # pods eval of the model: the recipe's 512 new tokens, not the embedded model's 8

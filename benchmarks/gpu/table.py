@@ -3,6 +3,8 @@ ran, every row of it, and the seconds each section had and spent."""
 
 from __future__ import annotations
 
+ON_OFF = {True: "on", False: "off"}
+
 
 def table(report: dict) -> str:
     s = report["sections"]
@@ -18,7 +20,8 @@ def table(report: dict) -> str:
     updates = [r for name in ("update", "liger") for r in s.get(name, {}).get("rows", [])]
     if updates:
         lines += ["", "| update | rows | variant | precision | tok/s | / bare | share of "
-                  "matmul rate | peak GiB | note |", "|---|---|---|---|---|---|---|---|---|"]
+                  "matmul rate | peak GiB | checkpointing | note |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         bare = {(r["model"], r["rows"]): r.get("tok_s") for r in updates
                 if r["variant"] == "bare"}
         for r in updates:
@@ -27,7 +30,7 @@ def table(report: dict) -> str:
             lines.append(f"| {r['model']} | {r['rows']} | {r['variant']} | "
                          f"{r.get('precision', '-')} | {_n(r, 'tok_s')} | {ratio} | "
                          f"{_n(r, 'share', '{:.0%}')} | {_n(r, 'peak_gib', '{:.1f}')} | "
-                         f"{r.get('error', '')} |")
+                         f"{ON_OFF.get(r.get('checkpointing'), '-')} | {r.get('error', '')} |")
     decode = s.get("decode", {}).get("rows", [])
     if decode:
         lines += ["", "| decode (SmolLM2-135M arch.) | rows | ms a step | tok/s | steps | "

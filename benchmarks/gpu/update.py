@@ -11,9 +11,10 @@ some flat config keys (``VARIANTS``), its layout pinned (padded: each row its ow
 as in the bare step), and "pods-groups" the same rows as PODS keeps them, groups of 16
 sharing a prompt, with shared_prompt: tokens/s, share of the matmul rate (6 x
 non-embedding parameters per token + 6 x vocabulary x hidden per completion token) and
-peak memory. pods's variants run with gradient checkpointing, as its recipe for a real
-model sets it; "bare-ckpt" is the bare step with it too, so that "x bare" of a pods
-variant splits into what checkpointing costs and what pods adds.
+peak memory. pods's variants take the recipe's gradient checkpointing for a real model,
+``auto`` (chosen at the first update from free memory; each row says what it ran with);
+"bare-ckpt" is the bare step with it, so that "x bare" of a checkpointed pods variant
+splits into what checkpointing costs and what pods adds.
 """
 
 from __future__ import annotations
@@ -176,7 +177,7 @@ def bare_rows(name: str, labels: list[str], dev, args) -> None:
             step = bare_step(model, optimizer, ids, advantages, precision.update, dev,
                              args.prompt)
             emit(args, {"model": name, "rows": rows, "variant": label,
-                        "precision": precision.short,
+                        "precision": precision.short, "checkpointing": CHECKPOINTED[label],
                         **guarded(step, model, rows, dev, args)})
 
 
@@ -210,9 +211,17 @@ def pods_rows(name: str, folder: str, label: str, keys: dict, dev, args) -> None
             group = min(GROUP, rows)
             ids[:, :args.prompt] = ids[::group, :args.prompt].repeat_interleave(group, 0)
         step = trainer_step(trainer, sampled(ids, advantages, args.prompt))
+        measured = guarded(step, trainer.model, rows, dev, args)
         emit(args, {"model": name, "rows": rows, "variant": label,
                     "precision": trainer.precision.short,
-                    **guarded(step, trainer.model, rows, dev, args)})
+                    "checkpointing": checkpointing(trainer), **measured})
+
+
+def checkpointing(trainer) -> bool:
+    """Whether ``trainer``'s update recomputes activations: what ``auto`` chose at its
+    first update, or the key as set."""
+    chosen = trainer.update_spec.budget.get("checkpointing")
+    return bool(trainer.cfg.model.gradient_checkpointing) if chosen is None else chosen
 
 
 def save_architecture(name: str, dev, args, into: str) -> str:

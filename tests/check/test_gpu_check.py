@@ -56,6 +56,8 @@ def test_the_check_runs_every_section_on_a_cpu_within_its_share(tmp_path):
             assert row["error"] == "needs a CUDA GPU"
         else:
             assert row["tok_s"] > 0 and row["share"] > 0
+            assert row["checkpointing"] is (row["variant"] == "bare-ckpt")  # the recipe's
+            # auto: off, where this machine's memory holds the pass
     cast = all(key in LEAVES for key in update.VARIANTS["cast-step"])
     measured = {r["variant"] for r in s["update"]["rows"] if "tok_s" in r}
     assert measured == ({"cast-step", "cast-matmul"} if cast else {"pods"}) | {
@@ -192,8 +194,10 @@ def test_an_earlier_part_joins_the_table_so_liger_stands_beside_the_bare_step(tm
                                                      "tok_s": 300.0})}}
     table = importlib.import_module("table").table
     assert "| M | 16 | liger | p | 300 | - |" in table(report)  # no bare step to divide by
-    assert "| M | 16 | liger | p | 300 | 1.50x | 50% | 1.0 |" in table(
+    assert "| M | 16 | liger | p | 300 | 1.50x | 50% | 1.0 | - |" in table(
         check.merged(report, str(earlier)))
+    report["sections"]["liger"]["rows"][0]["checkpointing"] = False
+    assert "| 1.0 | off |" in table(report)
 
 
 def test_a_cell_that_raises_is_noted_and_the_next_one_runs(tmp_path, monkeypatch):

@@ -1,6 +1,8 @@
 """LoRA through PEFT: only adapter weights train, the reference is the adapter-disabled base,
 checkpoints hold the adapter, and `pods export` merges it into a standalone model."""
 
+import warnings
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -110,13 +112,41 @@ def test_model_option_errors(overrides, message):
 
 
 @pytest.mark.parametrize("lora", [{}, LORA], ids=["full", "lora"])
-def test_gradient_checkpointing_gives_the_same_update(tiny_model_dir, tmp_path, lora):
+def test_gradient_checkpointing_gives_the_same_update(tiny_model_dir, tmp_path, lora,
+                                                      monkeypatch):
     """Recomputing activations in the backward pass changes memory and time, not the
-    numbers: the same run with checkpointing off has the same losses and gradient norms."""
+    numbers: the same run with checkpointing off has the same losses and gradient norms;
+    so has auto, on here where the machine's memory (made 1 MiB) cannot hold the pass."""
+    from pods.train import micro_batch
+
+    monkeypatch.setattr(micro_batch, "host_available_bytes", lambda: 2**20)
     runs = [train(config(tiny_model_dir, tmp_path, gradient_checkpointing=on,
-                         run_name=f"gc-{on}", **lora)) for on in (True, False)]
-    on, off = (read_metrics(run / "metrics.jsonl", "step") for run in runs)
+                         run_name=f"gc-{on}", **lora)) for on in (True, False, "auto")]
+    on, off, auto = (read_metrics(run / "metrics.jsonl", "step") for run in runs)
     assert len(on) == 2 and on[-1]["loss/grad_norm"] > 0
-    for a, b in zip(on, off, strict=True):
+    assert [r["optim/gradient_checkpointing"] for r in auto] == [1.0, 1.0]
+    assert "optim/gradient_checkpointing" not in on[0]  # chosen by the config, not recorded
+    for a, b, c in zip(on, off, auto, strict=True):
         for key in ("loss/loss", "loss/grad_norm", "rollout/reward_mean"):
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-7), key
+            assert a[key] == pytest.approx(c[key], rel=1e-4, abs=1e-7), key
+
+
+def test_auto_gradient_checkpointing_is_off_where_the_pass_fits(tiny_model_dir, tmp_path,
+                                                                monkeypatch):
+    from pods.models.checkpointing import checkpointed
+    from pods.train import micro_batch
+
+    monkeypatch.setattr(micro_batch, "host_available_bytes", lambda: 16 * 2**30)
+    lines = []
+    with warnings.catch_warnings():  # none of transformers' deprecations (peft's reads)
+        warnings.simplefilter("error", FutureWarning)
+        trainer = Trainer(config(tiny_model_dir, tmp_path, gradient_checkpointing="auto",
+                                 **LORA), log=lambda line, **_: lines.append(line))
+    assert not checkpointed(trainer.model)  # until the first update chooses
+    record = trainer.step()
+    assert record["optim/gradient_checkpointing"] == 0.0 and not checkpointed(trainer.model)
+    said = [line for line in lines if line.startswith("gradient checkpointing (auto)")]
+    assert len(said) == 1 and said[0].startswith("gradient checkpointing (auto): off: a pass ")
+    trainer.step()
+    assert len([line for line in lines if "(auto)" in line]) == 1  # said once

@@ -166,3 +166,42 @@ def test_fsdp2_shards_count_their_local_share():
     optimizer = torch.optim.AdamW([p])
     assert micro_batch.local_numel(p) == 100
     assert micro_batch.pending_state_bytes(optimizer) == 12 * 100  # not 12 * 400
+
+
+def test_checkpointing_pays_where_the_passes_it_saves_cost_more_than_its_recompute():
+    """16 rows of 200 + 512 tokens (the paper's GSM8K shape) = 11,392 positions; the
+    recompute costs a third of them, 3,797 tokens' compute; a pass 1,024."""
+    tokens, roomy = 11_392, 10**6
+    assert micro_batch.RECOMPUTE * tokens > 3_797
+    assert not micro_batch.checkpointing_pays(tokens, tokens, roomy, fixed=False)  # 1 pass
+    # 3,000 positions a pass without it: 4 passes against 1, 3 x 1,024 = 3,072 < 3,797
+    assert not micro_batch.checkpointing_pays(tokens, 3_000, roomy, fixed=False)
+    # 2,000: 6 passes against 1, 5,120 > 3,797
+    assert micro_batch.checkpointing_pays(tokens, 2_000, roomy, fixed=False)
+    # with it, 6,000 a pass (2 passes): 4 saved, 4,096 > 3,797; 5,000 (3 passes): 3,072
+    assert micro_batch.checkpointing_pays(tokens, 2_000, 6_000, fixed=False)
+    assert not micro_batch.checkpointing_pays(tokens, 2_000, 5_000, fixed=False)
+    # a pass of fixed size (a flag's, or every row off CUDA): on where it does not fit
+    assert micro_batch.checkpointing_pays(4_000, 3_999, roomy, fixed=True)
+    assert not micro_batch.checkpointing_pays(4_000, 4_000, roomy, fixed=True)
+
+
+def test_a_cpu_pass_fits_in_the_machines_available_memory(tiny_model_dir, tmp_path,
+                                                            monkeypatch):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       25165824 kB\nMemFree:  1 kB\n"
+                       "MemAvailable:   20971520 kB\n")
+    assert micro_batch.host_available_bytes(str(meminfo)) == 20 * GiB
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # four processes of a run share it
+    assert micro_batch.host_available_bytes(str(meminfo)) == 5 * GiB
+    assert micro_batch.host_available_bytes(str(tmp_path / "none")) is None
+    monkeypatch.setattr(micro_batch, "host_available_bytes", lambda: 5 * GiB)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    c, trained = model.config, sum(p.numel() for p in model.parameters())
+    per_token = {on: token_bytes(c.num_hidden_layers, c.hidden_size, c.intermediate_size, 4,
+                                 on) for on in (False, True)}
+    room = 5 * GiB * micro_batch.SAFETY - 12 * trained - 2**25 * 10
+    cpu = torch.device("cpu")
+    for on in (False, True):
+        assert micro_batch.fitting_tokens(model, 4, cpu, None, on) == int(room // per_token[on])
+    assert micro_batch.fitting_tokens(model, 4, torch.device("meta")) is None  # unknown

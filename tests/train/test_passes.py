@@ -42,3 +42,57 @@ def test_every_rank_runs_as_many_passes_from_one_reduction(layout, tokens):
         assert [p.count(batch) for p in parts if p.live] == [2, 2, 2, 1]
     else:
         assert dist.calls == [["parts"]]
+
+
+class OneRank:
+    world = 1
+
+    def reduce(self, values: dict, op: str) -> dict:
+        return values
+
+
+@pytest.mark.parametrize("available,on", [(64 * 2**30, False), (2**20, True)])
+def test_auto_checkpointing_is_chosen_once_from_the_memory_a_pass_needs(monkeypatch,
+                                                                        available, on):
+    """Off CUDA every row is one pass: checkpointing is on only where that pass would not
+    fit in the machine's available memory without it; chosen at the first update, switched
+    on the module the passes run through, and kept (and recorded) at every later one."""
+    from pods.models.checkpointing import checkpointed
+    from pods.train import micro_batch
+
+    asked = []
+    monkeypatch.setattr(micro_batch, "host_available_bytes",
+                        lambda: asked.append(1) or available)
+    model, batch = llama(), kept_rows()
+    spec = UpdateSpec(OptimConfig(), LossConfig(), 1.0, 9, auto_checkpointing=True)
+    for _ in range(2):
+        _, chosen = passes.parts(model, batch, spec, OneRank())
+        assert checkpointed(model) is on and spec.budget["checkpointing"] is on
+        assert chosen["optim/gradient_checkpointing"] == float(on)
+    assert len(asked) == 2  # with and without it, at the first update only
+    fixed = UpdateSpec(OptimConfig(), LossConfig(), 1.0, 9)  # true or false: not chosen
+    assert "optim/gradient_checkpointing" not in passes.parts(model, batch, fixed,
+                                                              OneRank())[1]
+
+
+def test_auto_checkpointing_is_the_same_on_every_rank(monkeypatch):
+    """A rank whose memory holds its pass turns checkpointing on where another rank's
+    does not: FSDP2's recompute gathers the weights again, on every rank or none."""
+    from pods.models.checkpointing import checkpointed
+    from pods.train import micro_batch
+
+    monkeypatch.setattr(micro_batch, "host_available_bytes", lambda: 64 * 2**30)
+    model, dist = llama(), TwoRanks({"on": 1.0, "parts": 3})
+    spec = UpdateSpec(OptimConfig(micro_batch_size=3), LossConfig(), 1.0, 9,
+                      auto_checkpointing=True)
+    passes.parts(model, kept_rows(), spec, dist)
+    assert dist.calls[0] == ["on"] and checkpointed(model) and spec.budget["checkpointing"]
+
+
+def test_a_pass_has_a_fixed_size_unless_a_gpus_free_memory_cuts_the_passes():
+    rows, width = 16, 200 + 512
+    assert passes.fixed_pass(OptimConfig(), rows, width, "cuda") is None  # memory cuts
+    assert passes.fixed_pass(OptimConfig(), rows, width, "cpu") == 16 * 712  # one pass
+    assert passes.fixed_pass(OptimConfig(micro_batch_size=4), rows, width, "cuda") == 4 * 712
+    assert passes.fixed_pass(OptimConfig(micro_batch_size=32), rows, width, "cpu") == 16 * 712
+    assert passes.fixed_pass(OptimConfig(micro_batch_tokens=5000), rows, width, "cuda") == 5000

@@ -116,6 +116,15 @@ def _parse_bool(text: str) -> bool:
 _PARSERS = {"int": int, "float": float, "str": str, "bool": _parse_bool}
 
 
+def _parse_bool_or_text(text: str) -> bool | str:
+    """A flag of choices that are true, false and words (``auto``): the bool a true or
+    false word names, else the word (argparse checks it against the choices)."""
+    try:
+        return _parse_bool(text)
+    except argparse.ArgumentTypeError:
+        return text
+
+
 def add_config_flags(parser: argparse.ArgumentParser, keys=None) -> None:
     """One flag per config key (--max-time and --max_time both work), under one argument
     group per concern; unset flags stay absent so that YAML values and defaults stand. A
@@ -129,6 +138,8 @@ def add_config_flags(parser: argparse.ArgumentParser, keys=None) -> None:
         if top not in groups:
             groups[top] = parser.add_argument_group(top, leaf.group_help)
         parse = _PARSERS[leaf.kind]
+        if leaf.kind == "bool" and leaf.choices is not None:  # true, false or a word
+            parse = _parse_bool_or_text
         if leaf.optional:
             parse = _parse_optional(parse)
         choices = None if leaf.optional else leaf.choices  # (argparse would refuse none)

@@ -160,8 +160,9 @@ def type_problem(leaf: Leaf, value: Any) -> str | None:
     key, kind = leaf.key, leaf.kind
     if value is None:
         return None if leaf.optional else f"{key} must be {_KINDS[kind]}, not empty."
-    if leaf.choices is not None:
-        return None if value in leaf.choices else unknown(key, value, leaf.choices)
+    if leaf.choices is not None:  # the value and its type: 1 is not True
+        return None if any(value == c and type(value) is type(c) for c in leaf.choices) \
+            else unknown(key, value, leaf.choices)
     fits = {"int": isinstance(value, int), "float": isinstance(value, int | float),
             "str": isinstance(value, str), "bool": isinstance(value, bool)}[kind]
     if isinstance(value, bool) and kind != "bool":

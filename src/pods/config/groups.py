@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pods.config.fields import (
+    Checkpointing,
     CodeReward,
     Dtype,
     MixedPrecision,
@@ -58,8 +59,13 @@ class ModelConfig:
     lora_dropout: float = leaf(0.0, "LoRA dropout.")
     lora_target_modules: str = leaf("q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
                                     "Comma-separated module names that get LoRA adapters.")
-    gradient_checkpointing: bool = leaf(False, "Recompute activations in the backward pass "
-                                        "(less memory, more time).")
+    gradient_checkpointing: Checkpointing = leaf(
+        False, "Recompute activations in the backward pass: less memory, a third more "
+        "compute (one more forward). true, false, or auto: chosen at the first update from "
+        "free memory (pods.train.micro_batch): on a CUDA GPU on only where, without it, the "
+        "update would need so many more micro-batches that their fixed costs outweigh the "
+        "recompute, elsewhere only where the update's one pass would not fit in memory "
+        "without it (optim/gradient_checkpointing in the step records says which).")
     weight_cast: WeightCast = leaf(
         "step", "How an update that computes in bf16 over float32 weights gets its bf16 "
         "weights (mixed precision bf16, one process or DDP, full fine-tuning). step: cast "

@@ -41,7 +41,8 @@ LANGUAGE_MODEL: dict[str, Any] = {
     "eval_every": 600.0,  # training seconds
     "eval_size": None,  # the whole test split (the paper)
     "checkpoint_every": 1800.0,  # training seconds
-    "gradient_checkpointing": True,  # a real model's activations at 512+ tokens
+    "gradient_checkpointing": "auto",  # on where a real model's activations at 512+
+    # tokens would crowd the update out of memory (pods.train.passes)
 }
 KEYS = ("max_new_tokens", "lr", *LANGUAGE_MODEL)  # every key a recipe sets
 

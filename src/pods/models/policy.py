@@ -4,6 +4,8 @@ weights, or an adapter on the base)."""
 
 from __future__ import annotations
 
+import warnings
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,7 +39,7 @@ def load_policy(model: str, device: torch.device, options: ModelConfig = DEFAULT
         tokenizer.pad_token = tokenizer.eos_token
     policy = AutoModelForCausalLM.from_pretrained(
         model, dtype=weights_dtype(options, device)).to(device)
-    if options.gradient_checkpointing:
+    if options.gradient_checkpointing is True:  # auto: chosen at the first update
         set_checkpointing(policy, True)
         policy.config.use_cache = False  # generate() turns the KV cache back on per call
     if options.lora_rank > 0:
@@ -53,9 +55,21 @@ def add_lora(model, options: ModelConfig):
     config = LoraConfig(r=options.lora_rank, lora_alpha=options.lora_alpha,
                         lora_dropout=options.lora_dropout, target_modules=modules,
                         task_type="CAUSAL_LM")
-    if options.gradient_checkpointing:
+    if options.gradient_checkpointing is not False:  # on, or auto's choice may be
         model.enable_input_require_grads()  # checkpointed blocks need a grad-carrying input
-    return get_peft_model(model, config)
+    with peft_reading_old_names():
+        return get_peft_model(model, config)
+
+
+@contextmanager
+def peft_reading_old_names():
+    """Without the FutureWarning transformers (5.25 on) gives each time peft, wrapping a
+    model, reads ``is_gradient_checkpointing`` (renamed ``is_activation_checkpointing``):
+    nothing a user of pods can change."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated",
+                                FutureWarning)
+        yield
 
 
 def is_adapter(path: str | Path) -> bool:
@@ -77,7 +91,8 @@ def load_saved_policy(path: str | Path, base: str, device: torch.device,
     from peft import PeftModel
 
     model, tokenizer = load_policy(base, device, replace(options, lora_rank=0))
-    return PeftModel.from_pretrained(model, path).to(device), tokenizer
+    with peft_reading_old_names():
+        return PeftModel.from_pretrained(model, path).to(device), tokenizer
 
 
 def load_reference(model: str, device: torch.device, options: ModelConfig,

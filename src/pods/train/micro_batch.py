@@ -39,14 +39,30 @@ weights, else c):
     rows                  (free * SAFETY - reserved) // per row, at least 1, at most all
 
 It errs small: a micro-batch below the fitting one costs some speed, one above it an OOM.
+
+``--gradient-checkpointing auto`` (``checkpointing_pays``) weighs the two ways to fit:
+checkpointing costs one more forward of every layer, about a third of a pass's compute
+(``RECOMPUTE``); a pass more costs reading every weight again, launching every kernel again
+and smaller matmuls: ``PASS_TOKENS`` tokens' compute. Where the micro-batch follows free
+memory (a CUDA GPU, no micro-batch flag), checkpointing is on where the passes it saves cost
+more than its recompute; where a pass's size is fixed (a flag's, or every row in one pass
+off CUDA, whose free memory is the machine's available memory), where the pass would not
+fit without it.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
 SAFETY = 0.8  # of the free memory: fragmentation, the attention's workspace, other buffers
 STATE_BYTES = 12  # a trained weight's float32 gradient (4) and AdamW moments (8)
+RECOMPUTE = 1 / 3  # checkpointing's recompute: a forward (1) against forward and backward (3)
+PASS_TOKENS = 1024  # a pass's fixed cost in tokens' compute. One H200 (2026-11-28, bare
+# fwd+bwd+AdamW, Qwen2.5-1.5B's architecture in bf16) took 0.123 s for 16 rows of 288
+# tokens and 0.432 s for 64: 22.4 us a token and 19.6 ms beside, the optimizer step
+# included, so a pass's own fixed cost is at most 875 tokens' worth there
 
 
 def token_bytes(layers: int, hidden: int, intermediate: int, compute_bytes: int,
@@ -99,26 +115,72 @@ def reusable_bytes(device: torch.device) -> int:
         return torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
 
 
-def auto_micro_batch(model, rows: int, row_tokens: int, compute_bytes: int,
-                     device: torch.device, optimizer=None) -> int | None:
-    """The micro-batch for ``rows`` rows of ``row_tokens`` tokens on ``device``: from the
-    free memory of a CUDA GPU (``fitting_rows``) beside what ``optimizer`` will still
-    allocate (None: the whole gradient and AdamW state of the trained weights); None
-    elsewhere (every row in one pass)."""
-    if device.type != "cuda":
+def host_available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
+    """What this machine's memory has available (Linux's MemAvailable), an even share for
+    each process of a multi-process run on it (``LOCAL_WORLD_SIZE``); None where unknown."""
+    try:
+        with open(meminfo) as lines:
+            kib = next(int(line.split()[1]) for line in lines
+                       if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
         return None
+    return kib * 1024 // max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), 1)
+
+
+def free_bytes(device: torch.device) -> int | None:
+    """Memory the update may take on ``device``: a CUDA GPU's free memory plus what torch's
+    allocator holds unused; a CPU's available memory; None elsewhere."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)  # what the driver has free, plus what
+        return free + reusable_bytes(device)  # torch's allocator holds unused (freed
+        # activations, ...)
+    return host_available_bytes() if device.type == "cpu" else None
+
+
+def fitting_tokens(model, compute_bytes: int, device: torch.device, optimizer=None,
+                   checkpointing: bool | None = None) -> int | None:
+    """The token positions one pass of ``model`` holds in ``device``'s free memory
+    (``fitting_rows`` of one-token rows) beside what ``optimizer`` will still allocate
+    (None: the whole gradient and AdamW state of the trained weights), with gradient
+    checkpointing on or off (None: as ``model`` is); None where free memory is unknown."""
     from pods.models.checkpointing import checkpointed
     from pods.models.logprobs import HEAD_CHUNK
 
+    free = free_bytes(device)
+    if free is None:
+        return None
     config = model.config
     hidden = config.hidden_size
     residual = max(next(model.parameters()).element_size(), compute_bytes)  # the weights'
     # dtype carries the residual stream (float32 under autocast)
     per_token = token_bytes(config.num_hidden_layers, hidden,
                             getattr(config, "intermediate_size", None) or 4 * hidden,
-                            compute_bytes, checkpointed(model), residual)
+                            compute_bytes, checkpointed(model) if checkpointing is None
+                            else checkpointing, residual)
     reserved = pending_state_bytes(optimizer) if optimizer is not None else \
         STATE_BYTES * sum(local_numel(p) for p in model.parameters() if p.requires_grad)
-    free, _ = torch.cuda.mem_get_info(device)  # what the driver has free, plus what torch's
-    free += reusable_bytes(device)  # allocator holds unused (freed activations, ...)
-    return fitting_rows(free, reserved, per_token, row_tokens, rows, HEAD_CHUNK * (4 + 2 + 4))
+    return fitting_rows(free, reserved, per_token, 1, 2**62, HEAD_CHUNK * (4 + 2 + 4))
+
+
+def auto_micro_batch(model, rows: int, row_tokens: int, compute_bytes: int,
+                     device: torch.device, optimizer=None) -> int | None:
+    """The micro-batch for ``rows`` rows of ``row_tokens`` tokens on ``device``: from the
+    free memory of a CUDA GPU (``fitting_tokens``); None elsewhere (every row in one
+    pass)."""
+    if device.type != "cuda":
+        return None
+    fit = fitting_tokens(model, compute_bytes, device, optimizer)
+    return max(1, min(rows, fit // row_tokens))
+
+
+def checkpointing_pays(tokens: int, fit_off: int, fit_on: int, fixed: bool) -> bool:
+    """Whether gradient checkpointing should be on for an update of ``tokens`` positions,
+    where a pass holds ``fit_off`` positions without it and ``fit_on`` with it (module
+    docstring). ``fixed``: ``tokens`` is one pass's size, whatever memory holds (a
+    micro-batch flag's, or the one pass off CUDA): on where it does not fit without.
+    Else the passes follow memory: on where the passes it saves cost more than the
+    recompute (``PASS_TOKENS`` a pass against ``RECOMPUTE`` of every token)."""
+    if fixed or tokens <= fit_off:
+        return tokens > fit_off
+    saved = -(-tokens // fit_off) - -(-tokens // fit_on)  # passes without it, less with
+    return saved * PASS_TOKENS > RECOMPUTE * tokens

@@ -6,17 +6,19 @@ GPU, the device's free memory (pods.train.micro_batch), with as many passes on e
     compute_bytes(model)                         bytes of an activation in the passes
 
 ``spec`` is the update's UpdateSpec (pods.train.update): its optim group, layout and the
-``budget`` measured at the run's first update.
+``budget`` measured at the run's first update, with gradient checkpointing chosen there
+first where it is ``auto`` (``choose_checkpointing``).
 """
 
 from __future__ import annotations
 
 import torch
 
+from pods.models.checkpointing import set_checkpointing
 from pods.rollout import Rollouts
 from pods.runtime.distributed import Dist
 from pods.train.layout import Part, idle_part, micro_batches
-from pods.train.micro_batch import auto_micro_batch
+from pods.train.micro_batch import auto_micro_batch, checkpointing_pays, fitting_tokens
 
 
 def compute_bytes(model) -> int:
@@ -41,6 +43,8 @@ def parts(model, batch: Rollouts, spec, dist: Dist,
     rows, tokens = optim.micro_batch_size, optim.micro_batch_tokens
     B, width = batch.completion_ids.shape[0], \
         batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
+    if spec.auto_checkpointing and "checkpointing" not in spec.budget:
+        spec.budget["checkpointing"] = choose_checkpointing(model, batch, spec, dist, optimizer)
     if rows is None and tokens is None:
         budget = token_budget(model, spec, dist, optimizer)  # positions a pass, or None
         if budget is not None:
@@ -57,6 +61,8 @@ def parts(model, batch: Rollouts, spec, dist: Dist,
         cut = float(tokens) if tokens is not None else float(rows * width) if rows else \
             float(max(p.tokens(batch) for p in pieces))
         chosen = {"optim/micro_batch_tokens": cut, "optim/micro_batch_size": float(largest)}
+    if spec.auto_checkpointing:
+        chosen["optim/gradient_checkpointing"] = float(spec.budget["checkpointing"])
     if dist.world > 1:
         if most is None:
             most = int(dist.reduce({"parts": len(pieces)}, "max")["parts"])
@@ -87,3 +93,37 @@ def token_budget(model, spec, dist: Dist, optimizer) -> int | None:
             fit = int(-dist.reduce({"fit": -fit}, "max")["fit"])  # the smallest over ranks
         spec.budget["tokens"] = fit
     return spec.budget["tokens"]
+
+
+def choose_checkpointing(model, batch: Rollouts, spec, dist: Dist, optimizer) -> bool:
+    """--gradient-checkpointing auto, at the run's first update: whether ``model`` (the
+    module the passes run through) recomputes its activations, switched so, the same on
+    every rank (FSDP2 gathers the weights again in a recompute): from the token positions a
+    pass holds in free memory with and without it (pods.train.micro_batch:
+    ``checkpointing_pays``), for this batch's rows at the widest a row gets (the prompt's
+    width and ``max_new_tokens``). On where free memory is unknown."""
+    B, width = batch.completion_ids.shape[0], batch.prompt_ids.shape[1] + spec.max_new_tokens
+    p = next(model.parameters())
+    fit_off, fit_on = (fitting_tokens(model, compute_bytes(model), p.device, optimizer, on)
+                       for on in (False, True))
+    fixed = fixed_pass(spec.optim, B, width, p.device.type)
+    tokens = fixed or B * width
+    on = fit_off is None or checkpointing_pays(tokens, fit_off, fit_on, fixed is not None)
+    on = bool(dist.reduce({"on": float(on)}, "max")["on"])
+    set_checkpointing(model, on)
+    spec.budget["note"] = f"gradient checkpointing (auto): {'on' if on else 'off'}: " + (
+        "this device's free memory is unknown" if fit_off is None else
+        f"a pass holds {fit_off:,} token positions without it, {fit_on:,} with it; "
+        f"{'a pass' if fixed else 'the update'} takes {tokens:,}")
+    return on
+
+
+def fixed_pass(optim, rows: int, width: int, device_type: str) -> int | None:
+    """The token positions a pass of ``rows`` rows of ``width`` holds whatever free memory
+    says (--micro-batch-tokens, --micro-batch-size, or every row in one pass off CUDA);
+    None where free memory cuts the passes (a CUDA GPU, neither flag)."""
+    if optim.micro_batch_tokens is not None:
+        return optim.micro_batch_tokens
+    if optim.micro_batch_size is not None:
+        return min(optim.micro_batch_size, rows) * width
+    return None if device_type == "cuda" else rows * width

@@ -107,7 +107,8 @@ class Trainer:
         self.before_step, self.updating = None, False  # a step under way (failures)
         self.update_spec = with_compute(
             UpdateSpec(config.optim, config.loss, config.rollout.temperature,
-                       config.rollout.max_new_tokens, layout=config.optim.update_layout),
+                       config.rollout.max_new_tokens, layout=config.optim.update_layout,
+                       auto_checkpointing=config.model.gradient_checkpointing == "auto"),
             self.model, self.ref_model, Compute(self.precision.cast == "step", kernels,
                                                 config.model.update_kernels == "liger",
                                                 config.selection.m),
@@ -200,6 +201,8 @@ class Trainer:
                     autocast(self.device, self.precision.update):
                 losses = policy_update(self.wrapped, self.ref_model, self.optimizer,
                                        sampled.kept, self.update_spec, self.dist)
+            if note := self.update_spec.budget.pop("note", None):
+                self.log(note)  # what the first update chose (gradient checkpointing)
             with self.clock.phase("sync"):  # the engine samples from the new weights
                 self.engine.sync_weights(self.model)
         step_start = self.before_step[0]
