@@ -60,6 +60,19 @@ def test_fsdp2_matches_ddp_and_one_process(tiny_model_dir, tmp_path, one):
     assert not (tmp_path / "ddp" / "checkpoints" / "step_000004" / "shards").exists()
 
 
+def test_auto_checkpointing_switched_on_after_sharding_gives_the_same_run(tiny_model_dir,
+                                                                         tmp_path, one):
+    """Where memory (made 1 MiB) holds no pass, auto turns checkpointing on at the first
+    update, on the module FSDP2 has sharded already, on both ranks: the same run."""
+    pods(train_args(tiny_model_dir, tmp_path, "fsdp", max_steps=4,
+                    gradient_checkpointing="auto", **FIELDS), procs=2,
+         env={"TEST_HOST_BYTES": str(2**20)})
+    records = read_metrics(tmp_path / "fsdp" / "metrics.jsonl", "step")
+    assert [r["optim/gradient_checkpointing"] for r in records if not r["optim/skipped"]] \
+        == [1.0] * 4
+    assert_same_run(one, tmp_path / "fsdp", step=4)
+
+
 def test_fsdp2_resume_continues_the_run(tiny_model_dir, tmp_path, one):
     """2 steps, resumed to 4 on 2 processes = 4 steps; on 1 process it is refused."""
     pods(train_args(tiny_model_dir, tmp_path, "fsdp", max_steps=2, **FIELDS), procs=2)
