@@ -156,7 +156,7 @@ def _config_file(tmp_path, text):
     ("max_steps: yes\n", r"line 1: max_steps=True must be a whole number \(or null\)"),
     ("progress: 3\n", r"line 1: progress=3 must be true or false"),
     ("gradient_checkpointing: 1\n",
-     r"line 1: unknown gradient_checkpointing 1; use one of False, True, auto\.$"),
+     r"line 1: unknown gradient_checkpointing 1; use one of false, true, auto\.$"),
     ("n: 64\nloss_norm: mean\n",
      r"line 2: unknown loss_norm 'mean'; use one of sequence, token, constant\.$"),
     ("n: 64\nrules: random\n", r"line 2: unknown field 'rules'; did you mean 'rule'\?"),
@@ -291,6 +291,9 @@ def test_a_flag_of_true_false_or_a_word_takes_each(tmp_path, capsys):
     with pytest.raises(SystemExit):
         parse(["--gradient-checkpointing", "sometimes"])
     assert "invalid choice: 'sometimes'" in capsys.readouterr().err
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser)
+    assert "--gradient-checkpointing {false,true,auto}" in parser.format_help()
     for text, value in (("true", True), ("auto", "auto")):
         path = _config_file(tmp_path, f"gradient_checkpointing: {text}\n")
         assert parse(["--config", str(path)]).model.gradient_checkpointing == value

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from pods.config.flat import spelled
 from pods.config.names import nested_block, suggestion
 from pods.config.train import (
     LEAVES,
@@ -144,9 +145,10 @@ def add_config_flags(parser: argparse.ArgumentParser, keys=None) -> None:
             parse = _parse_optional(parse)
         choices = None if leaf.optional else leaf.choices  # (argparse would refuse none)
         flags = list(dict.fromkeys([f"--{leaf.key.replace('_', '-')}", f"--{leaf.key}"]))
+        metavar = leaf.kind.upper() if not choices else \
+            "{" + ",".join(map(spelled, choices)) + "}" if leaf.kind == "bool" else None
         groups[top].add_argument(*flags, dest=f"cfg_{leaf.key}", type=parse, choices=choices,
-                                 default=argparse.SUPPRESS,
-                                 metavar=None if choices else leaf.kind.upper(),
+                                 default=argparse.SUPPRESS, metavar=metavar,
                                  help=f"{leaf.help} ({_defaults(leaf.key)})")
 
 

@@ -149,9 +149,14 @@ def check_known(known: dict[str, Leaf], values: dict[str, Any]) -> None:
 _KINDS = {"int": "a whole number", "float": "a number", "str": "text", "bool": "true or false"}
 
 
+def spelled(value: Any) -> str:
+    """``value`` as YAML and the flags write it: true and false for bools."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def unknown(key: str, value: Any, names) -> str:
     """The message for a ``value`` of ``key`` that is none of ``names``."""
-    return f"unknown {key} {value!r}; use one of {', '.join(map(str, names))}."
+    return f"unknown {key} {value!r}; use one of {', '.join(map(spelled, names))}."
 
 
 def type_problem(leaf: Leaf, value: Any) -> str | None:
