@@ -14,8 +14,9 @@ Shapes (the kept batch of one step; random weights, random token ids):
 
 The lengths are drawn once a shape from a fixed seed (``batch``), so every layout and the
 anchor update the same rows. Each (shape, method) runs in its own process: float32 compute
-on the CPU (pods's default there), gradient checkpointing on SmolLM2's architecture (as the
-language-model recipe trains; the padded gsm8k update without it needs over 24 GB), one
+on the CPU (pods's default there), gradient checkpointing on SmolLM2's architecture (the
+padded gsm8k update without it needs over 24 GB: the language-model recipe's auto turns it
+on for such a pass on a 24 GB machine), one
 warm-up update on two rows (AdamW's state), then ``--repeats``
 timed updates (median, and min-max); peak memory is the resident high-water mark of the
 timed updates above the resident memory before them (reset through /proc/self/clear_refs,
@@ -89,7 +90,7 @@ def measure(shape: str, method: str, repeats: int, quick: bool) -> dict:
     arch, rows = batch(shape, quick)
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(max_position_embeddings=1024, **arch)).train()
-    if arch is SMOLLM2:  # as the language-model recipe trains (and padded fits in memory)
+    if arch is SMOLLM2:  # as auto would choose here (and padded fits in memory)
         set_checkpointing(model, True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
     advantages = torch.randn(rows.completion_ids.shape[0])
