@@ -217,11 +217,12 @@ def pods_rows(name: str, folder: str, label: str, keys: dict, dev, args) -> None
                     "checkpointing": checkpointing(trainer), **measured})
 
 
-def checkpointing(trainer) -> bool:
+def checkpointing(trainer) -> bool | None:
     """Whether ``trainer``'s update recomputes activations: what ``auto`` chose at its
-    first update, or the key as set."""
+    first update, or the key as set; None where ``auto`` has not chosen yet."""
     chosen = trainer.update_spec.budget.get("checkpointing")
-    return bool(trainer.cfg.model.gradient_checkpointing) if chosen is None else chosen
+    asked = trainer.cfg.model.gradient_checkpointing
+    return chosen if chosen is not None else None if asked == "auto" else asked
 
 
 def save_architecture(name: str, dev, args, into: str) -> str:

@@ -202,6 +202,6 @@ def test_a_cpu_pass_fits_in_the_machines_available_memory(tiny_model_dir, tmp_pa
                                  on) for on in (False, True)}
     room = 5 * GiB * micro_batch.SAFETY - 12 * trained - 2**25 * 10
     cpu = torch.device("cpu")
-    for on in (False, True):
-        assert micro_batch.fitting_tokens(model, 4, cpu, None, on) == int(room // per_token[on])
+    assert micro_batch.fitting_tokens(model, 4, cpu) == {
+        on: int(room // per_token[on]) for on in (False, True)}
     assert micro_batch.fitting_tokens(model, 4, torch.device("meta")) is None  # unknown

@@ -145,8 +145,8 @@ def add_config_flags(parser: argparse.ArgumentParser, keys=None) -> None:
             parse = _parse_optional(parse)
         choices = None if leaf.optional else leaf.choices  # (argparse would refuse none)
         flags = list(dict.fromkeys([f"--{leaf.key.replace('_', '-')}", f"--{leaf.key}"]))
-        metavar = leaf.kind.upper() if not choices else \
-            "{" + ",".join(map(spelled, choices)) + "}" if leaf.kind == "bool" else None
+        metavar = "{" + ",".join(map(spelled, choices)) + "}" if choices else \
+            leaf.kind.upper()  # argparse's own form, with true and false as YAML's
         groups[top].add_argument(*flags, dest=f"cfg_{leaf.key}", type=parse, choices=choices,
                                  default=argparse.SUPPRESS, metavar=metavar,
                                  help=f"{leaf.help} ({_defaults(leaf.key)})")

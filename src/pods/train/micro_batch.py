@@ -137,39 +137,41 @@ def free_bytes(device: torch.device) -> int | None:
     return host_available_bytes() if device.type == "cpu" else None
 
 
-def fitting_tokens(model, compute_bytes: int, device: torch.device, optimizer=None,
-                   checkpointing: bool | None = None) -> int | None:
+def fitting_tokens(model, compute_bytes: int, device: torch.device,
+                   optimizer=None) -> dict[bool, int] | None:
     """The token positions one pass of ``model`` holds in ``device``'s free memory
     (``fitting_rows`` of one-token rows) beside what ``optimizer`` will still allocate
-    (None: the whole gradient and AdamW state of the trained weights), with gradient
-    checkpointing on or off (None: as ``model`` is); None where free memory is unknown."""
-    from pods.models.checkpointing import checkpointed
+    (None: the whole gradient and AdamW state of the trained weights), without and with
+    gradient checkpointing (``{False: ..., True: ...}``, from one reading of free memory);
+    None where free memory is unknown."""
     from pods.models.logprobs import HEAD_CHUNK
 
     free = free_bytes(device)
     if free is None:
         return None
     config = model.config
-    hidden = config.hidden_size
+    layers, hidden = config.num_hidden_layers, config.hidden_size
+    mlp = getattr(config, "intermediate_size", None) or 4 * hidden
     residual = max(next(model.parameters()).element_size(), compute_bytes)  # the weights'
     # dtype carries the residual stream (float32 under autocast)
-    per_token = token_bytes(config.num_hidden_layers, hidden,
-                            getattr(config, "intermediate_size", None) or 4 * hidden,
-                            compute_bytes, checkpointed(model) if checkpointing is None
-                            else checkpointing, residual)
     reserved = pending_state_bytes(optimizer) if optimizer is not None else \
         STATE_BYTES * sum(local_numel(p) for p in model.parameters() if p.requires_grad)
-    return fitting_rows(free, reserved, per_token, 1, 2**62, HEAD_CHUNK * (4 + 2 + 4))
+    head = HEAD_CHUNK * (4 + 2 + 4)
+    return {on: fitting_rows(free, reserved, token_bytes(layers, hidden, mlp, compute_bytes,
+                                                         on, residual), 1, 2**62, head)
+            for on in (False, True)}
 
 
 def auto_micro_batch(model, rows: int, row_tokens: int, compute_bytes: int,
                      device: torch.device, optimizer=None) -> int | None:
     """The micro-batch for ``rows`` rows of ``row_tokens`` tokens on ``device``: from the
-    free memory of a CUDA GPU (``fitting_tokens``); None elsewhere (every row in one
-    pass)."""
+    free memory of a CUDA GPU (``fitting_tokens``, as ``model`` is checkpointed or not);
+    None elsewhere (every row in one pass)."""
     if device.type != "cuda":
         return None
-    fit = fitting_tokens(model, compute_bytes, device, optimizer)
+    from pods.models.checkpointing import checkpointed
+
+    fit = fitting_tokens(model, compute_bytes, device, optimizer)[checkpointed(model)]
     return max(1, min(rows, fit // row_tokens))
 
 

@@ -104,15 +104,15 @@ def choose_checkpointing(model, batch: Rollouts, spec, dist: Dist, optimizer) ->
     width and ``max_new_tokens``). On where free memory is unknown."""
     B, width = batch.completion_ids.shape[0], batch.prompt_ids.shape[1] + spec.max_new_tokens
     p = next(model.parameters())
-    fit_off, fit_on = (fitting_tokens(model, compute_bytes(model), p.device, optimizer, on)
-                       for on in (False, True))
+    fits = fitting_tokens(model, compute_bytes(model), p.device, optimizer)  # or None
+    fit_off, fit_on = (None, None) if fits is None else (fits[False], fits[True])
     fixed = fixed_pass(spec.optim, B, width, p.device.type)
     tokens = fixed or B * width
-    on = fit_off is None or checkpointing_pays(tokens, fit_off, fit_on, fixed is not None)
+    on = fits is None or checkpointing_pays(tokens, fit_off, fit_on, fixed is not None)
     on = bool(dist.reduce({"on": float(on)}, "max")["on"])
     set_checkpointing(model, on)
     spec.budget["note"] = f"gradient checkpointing (auto): {'on' if on else 'off'}: " + (
-        "this device's free memory is unknown" if fit_off is None else
+        "this device's free memory is unknown" if fits is None else
         f"a pass holds {fit_off:,} token positions without it, {fit_on:,} with it; "
         f"{'a pass' if fixed else 'the update'} takes {tokens:,}")
     return on
