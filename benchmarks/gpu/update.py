@@ -12,7 +12,8 @@ as in the bare step), and "pods-groups" the same rows as PODS keeps them, groups
 sharing a prompt, with shared_prompt: tokens/s, share of the matmul rate (6 x
 non-embedding parameters per token + 6 x vocabulary x hidden per completion token) and
 peak memory. pods's variants take the recipe's gradient checkpointing for a real model,
-``auto`` (chosen at the first update from free memory; each row says what it ran with);
+``auto`` (chosen from free memory when the trainer is built; each row says what it ran
+with);
 "bare-ckpt" is the bare step with it, so that "x bare" of a checkpointed pods variant
 splits into what checkpointing costs and what pods adds.
 """
@@ -218,8 +219,8 @@ def pods_rows(name: str, folder: str, label: str, keys: dict, dev, args) -> None
 
 
 def checkpointing(trainer) -> bool | None:
-    """Whether ``trainer``'s update recomputes activations: what ``auto`` chose at its
-    first update, or the key as set; None where ``auto`` has not chosen yet."""
+    """Whether ``trainer``'s update recomputes activations: what ``auto`` chose, or the key
+    as set; None where ``auto`` has not chosen."""
     chosen = trainer.update_spec.budget.get("checkpointing")
     asked = trainer.cfg.model.gradient_checkpointing
     return chosen if chosen is not None else None if asked == "auto" else asked

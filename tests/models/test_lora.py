@@ -143,10 +143,27 @@ def test_auto_gradient_checkpointing_is_off_where_the_pass_fits(tiny_model_dir, 
         warnings.simplefilter("error", FutureWarning)
         trainer = Trainer(config(tiny_model_dir, tmp_path, gradient_checkpointing="auto",
                                  **LORA), log=lambda line, **_: lines.append(line))
-    assert not checkpointed(trainer.model)  # until the first update chooses
-    record = trainer.step()
-    assert record["optim/gradient_checkpointing"] == 0.0 and not checkpointed(trainer.model)
     said = [line for line in lines if line.startswith("gradient checkpointing (auto)")]
     assert len(said) == 1 and said[0].startswith("gradient checkpointing (auto): off: a pass ")
+    record = trainer.step()  # chosen when the trainer was built, before any generation
+    assert record["optim/gradient_checkpointing"] == 0.0 and not checkpointed(trainer.model)
     trainer.step()
     assert len([line for line in lines if "(auto)" in line]) == 1  # said once
+
+
+def test_auto_gradient_checkpointing_is_switched_before_anything_is_generated(
+        tiny_model_dir, tmp_path, monkeypatch):
+    """Where memory (made 1 MiB) holds no pass, auto turns checkpointing on as the trainer
+    is built: a compiled decode step over the same module (the bf16 copy the sampler
+    shares on a GPU) is traced with it on, not recompiled when the first update would
+    switch it (a compiled step guards on each layer's flag)."""
+    from pods.models.checkpointing import checkpointed
+    from pods.train import micro_batch
+
+    monkeypatch.setattr(micro_batch, "host_available_bytes", lambda: 2**20)
+    trainer = Trainer(config(tiny_model_dir, tmp_path, gradient_checkpointing="auto"),
+                      log=lambda *_: None)
+    spec = trainer.update_spec
+    trained = trainer.model if spec.cast is None else spec.cast.module
+    assert checkpointed(trained) and spec.budget["checkpointing"] is True
+    assert trainer.step()["optim/gradient_checkpointing"] == 1.0 and checkpointed(trained)

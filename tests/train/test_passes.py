@@ -55,8 +55,9 @@ class OneRank:
 def test_auto_checkpointing_is_chosen_once_from_the_memory_a_pass_needs(monkeypatch,
                                                                         available, on):
     """Off CUDA every row is one pass: checkpointing is on only where that pass would not
-    fit in the machine's available memory without it; chosen at the first update, switched
-    on the module the passes run through, and kept (and recorded) at every later one."""
+    fit in the machine's available memory without it; chosen once (the trainer does, when
+    it is built), switched on the module the passes run through, and recorded at every
+    update, which reads memory no more for it."""
     from pods.models.checkpointing import checkpointed
     from pods.train import micro_batch
 
@@ -65,11 +66,14 @@ def test_auto_checkpointing_is_chosen_once_from_the_memory_a_pass_needs(monkeypa
                         lambda: asked.append(1) or available)
     model, batch = llama(), kept_rows()
     spec = UpdateSpec(OptimConfig(), LossConfig(), 1.0, 9, auto_checkpointing=True)
+    said = passes.choose_checkpointing(model, 7, 7 + 9, spec, OneRank())
+    assert said.startswith(f"gradient checkpointing (auto): {'on' if on else 'off'}: ")
+    assert said.endswith(f"a pass takes {7 * 16} at most")  # 7 rows of 7 + 9, one pass
     for _ in range(2):
         _, chosen = passes.parts(model, batch, spec, OneRank())
         assert checkpointed(model) is on and spec.budget["checkpointing"] is on
         assert chosen["optim/gradient_checkpointing"] == float(on)
-    assert len(asked) == 1  # one reading for with and without it, at the first update only
+    assert len(asked) == 1  # one reading for with and without it, once
     fixed = UpdateSpec(OptimConfig(), LossConfig(), 1.0, 9)  # true or false: not chosen
     assert "optim/gradient_checkpointing" not in passes.parts(model, batch, fixed,
                                                               OneRank())[1]
@@ -82,11 +86,12 @@ def test_auto_checkpointing_is_the_same_on_every_rank(monkeypatch):
     from pods.train import micro_batch
 
     monkeypatch.setattr(micro_batch, "host_available_bytes", lambda: 64 * 2**30)
-    model, dist = llama(), TwoRanks({"on": 1.0, "parts": 3})
+    model, dist = llama(), TwoRanks({"on": 1.0})
     spec = UpdateSpec(OptimConfig(micro_batch_size=3), LossConfig(), 1.0, 9,
                       auto_checkpointing=True)
-    passes.parts(model, kept_rows(), spec, dist)
-    assert dist.calls[0] == ["on"] and checkpointed(model) and spec.budget["checkpointing"]
+    said = passes.choose_checkpointing(model, 7, 16, spec, dist)
+    assert dist.calls == [["on"]] and checkpointed(model) and spec.budget["checkpointing"]
+    assert said.startswith("gradient checkpointing (auto): on: ")
 
 
 def test_a_pass_has_a_fixed_size_unless_a_gpus_free_memory_cuts_the_passes():

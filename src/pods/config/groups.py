@@ -61,8 +61,8 @@ class ModelConfig:
                                     "Comma-separated module names that get LoRA adapters.")
     gradient_checkpointing: Checkpointing = leaf(
         False, "Recompute activations in the backward pass: less memory, a third more "
-        "compute (one more forward). true, false, or auto: chosen at the first update from "
-        "free memory (pods.train.micro_batch): on a CUDA GPU on only where, without it, the "
+        "compute (one more forward). true, false, or auto: chosen from free memory when the "
+        "run starts (pods.train.micro_batch): on a CUDA GPU on only where, without it, the "
         "update would need so many more micro-batches that their fixed costs outweigh the "
         "recompute, elsewhere only where the update's one pass would not fit in memory "
         "without it (optim/gradient_checkpointing in the step records says which).")

@@ -39,7 +39,7 @@ def load_policy(model: str, device: torch.device, options: ModelConfig = DEFAULT
         tokenizer.pad_token = tokenizer.eos_token
     policy = AutoModelForCausalLM.from_pretrained(
         model, dtype=weights_dtype(options, device)).to(device)
-    if options.gradient_checkpointing is True:  # auto: chosen at the first update
+    if options.gradient_checkpointing is True:  # auto: chosen by the trainer
         set_checkpointing(policy, True)
         policy.config.use_cache = False  # generate() turns the KV cache back on per call
     if options.lora_rank > 0:

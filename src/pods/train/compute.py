@@ -1,12 +1,15 @@
-"""The update's compute, chosen once a run: the bf16 working copy, the kernels and the
-layout of its passes, as the ``UpdateSpec`` the update runs with."""
+"""The update's compute, chosen once a run: the bf16 working copy, the kernels, the layout
+of its passes and gradient checkpointing's ``auto``, as the ``UpdateSpec`` the update runs
+with."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from pods.models.weight_cast import WeightCast
+from pods.runtime.distributed import Dist
 from pods.train.layout import choose
+from pods.train.passes import choose_checkpointing
 from pods.train.update import UpdateSpec
 
 
@@ -16,12 +19,15 @@ class Compute:
     Precision.cast "step"), and ``kernels`` ("liger" or "torch"); an architecture liger
     does not patch is refused where ``strict`` (--update-kernels liger), else computes with
     torch's (pods.models.kernels); the layout's choice by groups of ``rows_per_group`` kept
-    rows (m: pods.train.layout.auto_layout)."""
+    rows (m: pods.train.layout.auto_layout); checkpointing's ``auto`` for ``rows`` kept rows
+    of this rank a step, of ``width`` tokens at most (pods.train.passes)."""
 
     cast: bool = False
     kernels: str = "torch"
     strict: bool = False
     rows_per_group: int = 2
+    rows: int = 2
+    width: int = 16
 
 
 def with_compute(spec: UpdateSpec, model, ref_model, compute: Compute,
@@ -31,7 +37,9 @@ def with_compute(spec: UpdateSpec, model, ref_model, compute: Compute,
     --update-layout as asked) resolved for the model and its groups of
     ``compute.rows_per_group`` kept rows (m), said in one line to ``log``
     (pods.train.layout.choose; a packed layout tried on a few made-up rows first, on every
-    rank of ``dist``, a pods.runtime.distributed.Dist: pods.train.layout_check)."""
+    rank of ``dist``, a pods.runtime.distributed.Dist: pods.train.layout_check); with
+    ``spec.auto_checkpointing``, gradient checkpointing chosen, before anything compiles a
+    sampler sharing the module (its compiled step would trace the switch again), and said."""
     from dataclasses import replace
 
     from pods.models.kernels import use_kernels
@@ -48,4 +56,7 @@ def with_compute(spec: UpdateSpec, model, ref_model, compute: Compute,
     layout, note = choose(spec.layout, trained, compute.rows_per_group,
                           attempt=lambda layout: start_problem(trained, layout, dist))
     log(note)
+    if spec.auto_checkpointing:
+        log(choose_checkpointing(trained, compute.rows, compute.width, spec,
+                                 dist or Dist(world=1)))
     return replace(spec, cast=copy, layout=layout)

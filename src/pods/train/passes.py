@@ -6,8 +6,8 @@ GPU, the device's free memory (pods.train.micro_batch), with as many passes on e
     compute_bytes(model)                         bytes of an activation in the passes
 
 ``spec`` is the update's UpdateSpec (pods.train.update): its optim group, layout and the
-``budget`` measured at the run's first update, with gradient checkpointing chosen there
-first where it is ``auto`` (``choose_checkpointing``).
+``budget`` measured at the run's first update; gradient checkpointing's ``auto`` is chosen
+when the trainer is built (``choose_checkpointing``).
 """
 
 from __future__ import annotations
@@ -43,8 +43,6 @@ def parts(model, batch: Rollouts, spec, dist: Dist,
     rows, tokens = optim.micro_batch_size, optim.micro_batch_tokens
     B, width = batch.completion_ids.shape[0], \
         batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
-    if spec.auto_checkpointing and "checkpointing" not in spec.budget:
-        spec.budget["checkpointing"] = choose_checkpointing(model, batch, spec, dist, optimizer)
     if rows is None and tokens is None:
         budget = token_budget(model, spec, dist, optimizer)  # positions a pass, or None
         if budget is not None:
@@ -95,27 +93,30 @@ def token_budget(model, spec, dist: Dist, optimizer) -> int | None:
     return spec.budget["tokens"]
 
 
-def choose_checkpointing(model, batch: Rollouts, spec, dist: Dist, optimizer) -> bool:
-    """--gradient-checkpointing auto, at the run's first update: whether ``model`` (the
-    module the passes run through) recomputes its activations, switched so, the same on
-    every rank (FSDP2 gathers the weights again in a recompute): from the token positions a
-    pass holds in free memory with and without it (pods.train.micro_batch:
-    ``checkpointing_pays``), for this batch's rows at the widest a row gets (the prompt's
-    width and ``max_new_tokens``). On where free memory is unknown."""
-    B, width = batch.completion_ids.shape[0], batch.prompt_ids.shape[1] + spec.max_new_tokens
+def choose_checkpointing(model, rows: int, width: int, spec, dist: Dist) -> str:
+    """--gradient-checkpointing auto, when the trainer is built (before any generation: a
+    compiled sampler sharing ``model`` sees it as it will stay): whether ``model`` (the
+    module the passes run through) recomputes its activations, switched so and kept in
+    ``spec.budget``, the same on every rank (FSDP2 gathers the weights again in a
+    recompute): from the token positions a pass holds in free memory with and without it
+    (pods.train.micro_batch: ``checkpointing_pays``, beside the whole optimizer state still
+    to come) for this rank's ``rows`` kept rows at their widest, ``width`` tokens (the
+    longest prompt and ``max_new_tokens``). On where free memory is unknown. Returns the
+    line that says why."""
     p = next(model.parameters())
-    fits = fitting_tokens(model, compute_bytes(model), p.device, optimizer)  # or None
+    fits = fitting_tokens(model, compute_bytes(model), p.device)  # or None
     fit_off, fit_on = (None, None) if fits is None else (fits[False], fits[True])
-    fixed = fixed_pass(spec.optim, B, width, p.device.type)
-    tokens = fixed or B * width
+    fixed = fixed_pass(spec.optim, rows, width, p.device.type)
+    tokens = fixed or rows * width
     on = fits is None or checkpointing_pays(tokens, fit_off, fit_on, fixed is not None)
     on = bool(dist.reduce({"on": float(on)}, "max")["on"])
-    set_checkpointing(model, on)
-    spec.budget["note"] = f"gradient checkpointing (auto): {'on' if on else 'off'}: " + (
+    if on:
+        set_checkpointing(model, True)
+    spec.budget["checkpointing"] = on
+    return f"gradient checkpointing (auto): {'on' if on else 'off'}: " + (
         "this device's free memory is unknown" if fits is None else
         f"a pass holds {fit_off:,} token positions without it, {fit_on:,} with it; "
-        f"{'a pass' if fixed else 'the update'} takes {tokens:,}")
-    return on
+        f"{'a pass' if fixed else 'the update'} takes {tokens:,} at most")
 
 
 def fixed_pass(optim, rows: int, width: int, device_type: str) -> int | None:

@@ -109,9 +109,10 @@ class Trainer:
             UpdateSpec(config.optim, config.loss, config.rollout.temperature,
                        config.rollout.max_new_tokens, layout=config.optim.update_layout,
                        auto_checkpointing=config.model.gradient_checkpointing == "auto"),
-            self.model, self.ref_model, Compute(self.precision.cast == "step", kernels,
-                                                config.model.update_kernels == "liger",
-                                                config.selection.m),
+            self.model, self.ref_model, Compute(
+                self.precision.cast == "step", kernels, config.model.update_kernels == "liger",
+                config.selection.m, config.kept_per_step // self.dist.world,
+                config.task.max_prompt_tokens + config.rollout.max_new_tokens),
             log=self.log, dist=self.dist)
         self.layout_checked = False  # the layout is checked against padded once, at first
 
@@ -201,8 +202,6 @@ class Trainer:
                     autocast(self.device, self.precision.update):
                 losses = policy_update(self.wrapped, self.ref_model, self.optimizer,
                                        sampled.kept, self.update_spec, self.dist)
-            if note := self.update_spec.budget.pop("note", None):
-                self.log(note)  # what the first update chose (gradient checkpointing)
             with self.clock.phase("sync"):  # the engine samples from the new weights
                 self.engine.sync_weights(self.model)
         step_start = self.before_step[0]

@@ -50,11 +50,11 @@ class UpdateSpec:
     cast: WeightCast | None = None  # --weight-cast step: the bf16 copy the passes run on
     # (autocast off inside the update); None: the model itself, under the caller's autocast
     layout: str = "padded"  # padded, packed or shared_prompt (pods.train.layout.choose)
-    auto_checkpointing: bool = False  # --gradient-checkpointing auto: chosen at the run's
-    # first update (pods.train.passes.choose_checkpointing)
+    auto_checkpointing: bool = False  # --gradient-checkpointing auto: chosen when the
+    # trainer is built (pods.train.passes.choose_checkpointing)
     budget: dict = field(default_factory=dict, compare=False)  # "tokens": the positions a
-    # pass holds by free device memory, "checkpointing": auto's choice and "note" why
-    # (the trainer logs it), made at the run's first update (``_parts``)
+    # pass holds by free device memory, measured at the run's first update (``_parts``);
+    # "checkpointing": auto's choice
 
 
 def _logprobs(model, batch: Rollouts, part: Part, temperature: float) -> Tensor:
